@@ -1,0 +1,1 @@
+"""The pure domain core: decisions only, no I/O (stdlib and attrs alone)."""

@@ -1,0 +1,154 @@
+"""Frozen value types of the domain: names, placements, failures, policies, joins.
+
+Validation here is pure string and number checking; every error names the value
+and says what a valid one looks like. Spec: 000 "Submit a job", 001 "What an
+attempt publishes".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import attrs
+
+#: Tags and child labels: lowercase, filename- and shell-safe, no ``--``.
+TAG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,47}$")
+UUID_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+STEP_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+CONTROL_DIR = ".httk-workflow"
+RESERVED_PLACEMENT_NAMES = frozenset({CONTROL_DIR, ".httk-job", ".httk-runner"})
+
+WORKDIR_MODES = ("persistent", "isolated")
+DATA_MODES = ("none", "transactional")
+DEFAULT_POOL = "default"
+DEFAULT_EXECUTOR = "path"
+
+
+class ValidationError(ValueError):
+    """A value that breaks a protocol rule; the message names it and the fix."""
+
+
+def check_tag(tag: str, what: str = "tag") -> str:
+    if not isinstance(tag, str) or not TAG_PATTERN.match(tag) or "--" in tag:
+        raise ValidationError(
+            f"invalid {what} {tag!r}: use 1-48 of [a-z0-9._-], starting with a letter or digit, without '--'"
+        )
+    return tag
+
+
+def check_step(step: str) -> str:
+    if not isinstance(step, str) or not STEP_PATTERN.match(step):
+        raise ValidationError(f"invalid step name {step!r}: use [A-Za-z_][A-Za-z0-9_.-]*")
+    return step
+
+
+@attrs.frozen(order=True)
+class JobKey:
+    """``<tag>--<uuid>`` or a bare lowercase uuid; the name of a payload directory."""
+
+    job_id: str
+    tag: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not UUID_PATTERN.match(self.job_id):
+            raise ValidationError(f"invalid job id {self.job_id!r}: expected a lowercase uuid")
+        if self.tag is not None:
+            check_tag(self.tag)
+
+    def __str__(self) -> str:
+        return f"{self.tag}--{self.job_id}" if self.tag else self.job_id
+
+    @classmethod
+    def parse(cls, text: str) -> JobKey:
+        tag, sep, job_id = text.rpartition("--")
+        if not sep:
+            return cls(job_id=text)
+        return cls(job_id=job_id, tag=tag)
+
+
+def check_placement(placement: str) -> str:
+    """A placement is a relative POSIX path below the workspace, never into the control tree."""
+    if not isinstance(placement, str) or not placement.strip("/"):
+        raise ValidationError(f"invalid placement {placement!r}: give a relative path such as 'project-a/00/17'")
+    if placement.startswith("/"):
+        raise ValidationError(f"invalid placement {placement!r}: must be relative to the workspace, not absolute")
+    parts = [part for part in placement.split("/") if part]
+    for part in parts:
+        if part in (".", ".."):
+            raise ValidationError(f"invalid placement {placement!r}: '.' and '..' are not allowed")
+        if part in RESERVED_PLACEMENT_NAMES:
+            raise ValidationError(f"invalid placement {placement!r}: {part!r} is reserved for the control tree")
+        if "\x00" in part or "\n" in part:
+            raise ValidationError(f"invalid placement {placement!r}: control characters are not allowed")
+    return "/".join(parts)
+
+
+@attrs.frozen
+class Failure:
+    """The one canonical failure object: ``{code, message, details, retryable}``."""
+
+    code: str
+    message: str
+    details: dict[str, Any] = attrs.field(factory=dict)
+    retryable: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": dict(self.details), "retryable": self.retryable}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Failure:
+        """Parse a failure document; raises :class:`ValidationError` naming the bad member."""
+        if not isinstance(value, dict):
+            raise ValidationError("failure: expected an object")
+        code = value.get("code")
+        message = value.get("message", "")
+        details = value.get("details", {})
+        retryable = value.get("retryable", False)
+        if not isinstance(code, str) or not code:
+            raise ValidationError("failure @ $.code: expected a non-empty string")
+        if not isinstance(message, str):
+            raise ValidationError("failure @ $.message: expected a string")
+        if details is None:
+            details = {}
+        if not isinstance(details, dict):
+            raise ValidationError("failure @ $.details: expected an object")
+        if not isinstance(retryable, bool):
+            raise ValidationError("failure @ $.retryable: expected a boolean")
+        unknown = set(value) - {"code", "message", "details", "retryable"}
+        if unknown:
+            raise ValidationError(f"failure @ $.{sorted(unknown)[0]}: unknown member")
+        return cls(code=code, message=message, details=details, retryable=retryable)
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Attempt budgets of a job; ``None`` means unlimited."""
+
+    maximum_attempts_per_activation: int | None = 3
+    maximum_total_attempts: int | None = None
+    maximum_activations: int | None = None
+    retry_on: tuple[str, ...] = ()
+
+
+JOIN_CONDITIONS = ("all_succeeded", "all_terminal", "any_succeeded", "at_least")
+
+
+@attrs.frozen
+class JoinSpec:
+    """What a waiting job waits for: the labelled children of one attempt and a condition."""
+
+    step: str
+    when: str = "all_succeeded"
+    count: int | None = None
+    on_impossible: str | None = None
+    children: tuple[tuple[str, str], ...] = ()  # (label, job key)
+
+    def __attrs_post_init__(self) -> None:
+        if self.when not in JOIN_CONDITIONS:
+            raise ValidationError(f"invalid join condition {self.when!r}: use one of {', '.join(JOIN_CONDITIONS)}")
+        if self.when == "at_least":
+            if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
+                raise ValidationError("join condition 'at_least' needs count >= 1")
+        elif self.count is not None:
+            raise ValidationError(f"join condition {self.when!r} takes no count")

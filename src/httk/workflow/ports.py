@@ -1,0 +1,223 @@
+"""Ports: what the services need from the world, as ``typing.Protocol`` classes.
+
+Adapters in ``httk.workflow.adapters`` implement these against the real system;
+``httk.workflow.testing`` implements them in memory. Services receive ports by
+constructor injection and never import an adapter. Paths are plain ``str``
+absolute POSIX paths at this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
+
+import attrs
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class Entry:
+    """One directory entry as a streaming scan yields it (no extra stat for the kind)."""
+
+    name: str
+    path: str
+    is_dir: bool
+    is_file: bool
+    is_symlink: bool
+
+
+@attrs.frozen
+class FileStat:
+    """The ``lstat`` facts the protocol needs: kind, owner and size."""
+
+    size: int
+    uid: int
+    mtime: float
+    is_dir: bool
+    is_file: bool
+    is_symlink: bool
+
+
+class Appender(Protocol):
+    """An open append-only file (one journal segment of one writer)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def append(self, data: bytes) -> int:
+        """Append ``data`` and return the offset it starts at."""
+
+    def sync(self) -> None:
+        """Make everything appended so far durable (fsync)."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Filesystem(Protocol):
+    """The filesystem as the protocol uses it: atomic publication, fenced renames, streaming scans."""
+
+    def read_bytes(self, path: str) -> bytes: ...
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Read up to ``length`` bytes at ``offset``; shorter at end of file."""
+
+    def write_atomic(self, path: str, data: bytes, *, durable: bool) -> None:
+        """Publish ``data`` at ``path`` all-or-nothing: temp, fsync, rename, fsync dir.
+
+        With ``durable=False`` the two fsyncs are skipped; the rename stays atomic.
+        """
+
+    def write_new(self, path: str, data: bytes, *, durable: bool) -> None:
+        """Like ``write_atomic`` but fail with ``FileExistsError`` if ``path`` exists."""
+
+    def create_empty(self, path: str, *, durable: bool) -> None:
+        """Create a zero-length file; ``FileExistsError`` if it exists."""
+
+    def rename(self, source: str, destination: str, *, durable: bool) -> None:
+        """Rename that refuses to overwrite.
+
+        ``FileNotFoundError`` when ``source`` is gone (someone else won the fence),
+        ``FileExistsError`` when ``destination`` exists. Creates the destination's
+        parent directories. With ``durable`` the affected directories are synced.
+        """
+
+    def open_appender(self, path: str, *, create: bool = True) -> Appender: ...
+
+    def scandir(self, path: str) -> Iterator[Entry]:
+        """Stream the entries of one directory; a missing directory yields nothing."""
+
+    def lstat(self, path: str) -> FileStat | None:
+        """Facts about ``path`` without following a final symlink; ``None`` if absent."""
+
+    def exists(self, path: str) -> bool: ...
+
+    def makedirs(self, path: str) -> None:
+        """Create ``path`` and its parents; an existing directory is fine."""
+
+    def remove(self, path: str) -> None:
+        """Remove one file or symlink; ``FileNotFoundError`` if absent."""
+
+    def rmdir(self, path: str) -> None:
+        """Remove one empty directory."""
+
+    def rmtree(self, path: str) -> None:
+        """Remove a tree; a missing tree is fine."""
+
+    def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
+        """Copy a file or a directory tree to a destination that must not exist."""
+
+    def sync_tree(self, path: str) -> None:
+        """fsync every file and directory below ``path`` (used before a durable rename)."""
+
+    def fsync_dir(self, path: str) -> None: ...
+
+    def sleep(self, seconds: float) -> None:
+        """Wait; the in-memory filesystem advances its fake clock instead."""
+
+    def retry_until(self, probe: Callable[[], T | None], deadline_seconds: float) -> T | None:
+        """The visibility wait: call ``probe`` until it returns non-``None`` or the deadline passes.
+
+        The first retry comes after 10 ms and the pause doubles up to 0.5 s, so a
+        healthy filesystem pays one probe and a lying one is waited out.
+        """
+
+
+class Clock(Protocol):
+    """Wall and monotonic time."""
+
+    def now(self) -> float:
+        """Seconds since the epoch (wall clock, compared across hosts)."""
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+@attrs.frozen
+class ProcessIdentity:
+    """Enough to tell later whether this exact process still exists on its host."""
+
+    host: str
+    pid: int
+    start_ticks: int | None
+    pgid: int
+
+
+class LaunchedProcess(Protocol):
+    """A child started by :class:`ProcessControl`, behind its launch gate."""
+
+    @property
+    def identity(self) -> ProcessIdentity: ...
+
+    def release(self) -> None:
+        """Open the one-byte launch gate: the runner may now execute."""
+
+    def poll(self) -> int | None:
+        """The exit status once the process has ended, else ``None``."""
+
+    def wait(self, timeout: float | None = None) -> int | None: ...
+
+    def fileno(self) -> int:
+        """A descriptor that becomes readable when the process ends (for ``select``)."""
+
+
+class ProcessControl(Protocol):
+    """Start, signal and identify processes on this host."""
+
+    def hostname(self) -> str: ...
+
+    def pid(self) -> int: ...
+
+    def uid(self) -> int: ...
+
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        stdout_path: str,
+        stderr_path: str,
+    ) -> LaunchedProcess:
+        """Start ``argv`` in a new process group behind a closed launch gate."""
+
+    def is_alive(self, identity: ProcessIdentity) -> bool | None:
+        """``True``/``False`` when provable on this host; ``None`` when it cannot be told."""
+
+    def signal_group(self, pgid: int, signum: int) -> bool:
+        """Signal a process group; ``False`` when it no longer exists."""
+
+
+class BatchSystem(Protocol):
+    """A batch scheduler (Slurm, or the local shell) that starts managers."""
+
+    name: str
+
+    def submit(self, script: str, *, workdir: str) -> str:
+        """Submit a batch script and return the scheduler's job id."""
+
+    def status(self, job_ids: Sequence[str]) -> Mapping[str, str]: ...
+
+    def cancel(self, job_ids: Sequence[str]) -> None: ...
+
+
+@attrs.frozen
+class CommandResult:
+    """What running one argv on a transport produced."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class RemoteTransport(Protocol):
+    """Run commands and move files on another machine (or this one)."""
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None) -> CommandResult:
+        ...
+
+    def put(self, local: str, remote: str) -> None: ...
+
+    def get(self, remote: str, local: str) -> None: ...
