@@ -37,6 +37,7 @@ class FileStat:
     is_dir: bool
     is_file: bool
     is_symlink: bool
+    mode: int = 0o644
 
 
 class Appender(Protocol):
@@ -93,6 +94,8 @@ class Filesystem(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
+    def readlink(self, path: str) -> str: ...
+
     def makedirs(self, path: str) -> None:
         """Create ``path`` and its parents; an existing directory is fine."""
 
@@ -122,6 +125,15 @@ class Filesystem(Protocol):
         The first retry comes after 10 ms and the pause doubles up to 0.5 s, so a
         healthy filesystem pays one probe and a lying one is waited out.
         """
+
+
+class Ids(Protocol):
+    """Fresh identifiers (lowercase uuid4 strings in production)."""
+
+    def new_id(self) -> str: ...
+
+    def new_hex(self, digits: int) -> str:
+        """Random lowercase hex of ``digits`` digits (writer ids, temp names)."""
 
 
 class Clock(Protocol):

@@ -1,0 +1,440 @@
+"""The POSIX filesystem adapter: :class:`~httk.workflow.ports.Filesystem` on the real OS.
+
+It owns every publication primitive the protocol relies on and protects two
+invariants: a reader sees a published file or tree all-or-nothing (temp sibling,
+fsync, rename, fsync of the directory), and :meth:`PosixFilesystem.rename` never
+overwrites, so exactly one actor can move a given source name (the marker fence).
+The no-overwrite rename is ``renameat2(RENAME_NOREPLACE)``; where the kernel or the
+filesystem lacks it (old kernels, NFS) it falls back to ``link`` + ``unlink`` for
+files and a checked ``rename`` for directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import secrets
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from httk.workflow.ports import Entry, FileStat
+
+T = TypeVar("T")
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+# Errors meaning "this kernel or filesystem cannot do RENAME_NOREPLACE", not "the rename failed".
+_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+_FIRST_PAUSE = 0.01
+_MAX_PAUSE = 0.5
+
+
+def _load_renameat2() -> Callable[..., int] | None:
+    """The libc ``renameat2`` function, or ``None`` where libc does not export it."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _load_renameat2()
+
+
+def _temp_sibling(path: str) -> str:
+    """``<dir>/.<basename>.tmp.<random hex>``: hidden, unique, in the same directory as ``path``."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.tmp.{secrets.token_hex(8)}")
+
+
+def _os_error(code: int, path: str, other: str | None = None) -> OSError:
+    """An ``OSError`` of the subclass Python maps ``code`` to (FileExistsError, ...)."""
+    return OSError(code, os.strerror(code), path, None, other)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may be partial)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class _PosixAppender:
+    """An append-only descriptor that knows the offset of each record it writes."""
+
+    def __init__(self, path: str, fd: int, pending_dirs: list[str]) -> None:
+        self._path = path
+        self._fd: int | None = fd
+        self._size = os.fstat(fd).st_size
+        # A freshly created file (and any directory created for it) is only durable once
+        # the directory entries naming it are synced too; that happens at the first sync.
+        self._pending_dirs = pending_dirs
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file: its size at open plus everything appended since."""
+        return self._size
+
+    def append(self, data: bytes) -> int:
+        """Append ``data`` and return the offset it starts at."""
+        if self._fd is None:
+            raise ValueError(f"appender for {self._path} is closed")
+        offset = self._size
+        _write_all(self._fd, data)
+        self._size += len(data)
+        return offset
+
+    def sync(self) -> None:
+        """fsync the file, and its directory the first time after creating it."""
+        if self._fd is None:
+            raise ValueError(f"appender for {self._path} is closed")
+        os.fsync(self._fd)
+        while self._pending_dirs:
+            _fsync_dir(self._pending_dirs[0])
+            self._pending_dirs.pop(0)
+
+    def close(self) -> None:
+        """Close the descriptor; closing twice is harmless."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        # Some filesystems (several network and FUSE ones) refuse fsync on a directory;
+        # their rename is already as durable as they can make it.
+        if error.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
+
+
+class PosixFilesystem:
+    """:class:`~httk.workflow.ports.Filesystem` on the local POSIX filesystem."""
+
+    def __init__(self, *, use_renameat2: bool = True) -> None:
+        """``use_renameat2=False`` forces the link/unlink fallback (for tests and odd filesystems)."""
+        self._renameat2 = _RENAMEAT2 if use_renameat2 else None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of ``path``."""
+        with open(path, "rb") as handle:
+            return handle.read()
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset``; shorter at end of file."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            chunks: list[bytes] = []
+            remaining = length
+            while remaining > 0:
+                chunk = os.pread(fd, remaining, offset)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                offset += len(chunk)
+                remaining -= len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def scandir(self, path: str) -> Iterator[Entry]:
+        """Stream the entries of ``path``; a missing (or vanishing, or non-) directory yields nothing."""
+        try:
+            iterator = os.scandir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        with iterator:
+            while True:
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return
+                except (FileNotFoundError, NotADirectoryError):
+                    return
+                yield Entry(
+                    name=item.name,
+                    path=item.path,
+                    is_dir=item.is_dir(follow_symlinks=False),
+                    is_file=item.is_file(follow_symlinks=False),
+                    is_symlink=item.is_symlink(),
+                )
+
+    def lstat(self, path: str) -> FileStat | None:
+        """Facts about ``path`` without following a final symlink; ``None`` if absent."""
+        try:
+            result = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return FileStat(
+            size=result.st_size,
+            uid=result.st_uid,
+            mtime=result.st_mtime,
+            is_dir=stat.S_ISDIR(result.st_mode),
+            is_file=stat.S_ISREG(result.st_mode),
+            is_symlink=stat.S_ISLNK(result.st_mode),
+        )
+
+    def exists(self, path: str) -> bool:
+        """Whether a name exists at ``path`` (a dangling symlink counts)."""
+        return os.path.lexists(path)
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def write_atomic(self, path: str, data: bytes, *, durable: bool) -> None:
+        """Publish ``data`` at ``path`` all-or-nothing, replacing any previous file."""
+        self._publish(path, data, durable=durable, replace=True)
+
+    def write_new(self, path: str, data: bytes, *, durable: bool) -> None:
+        """Publish ``data`` at ``path``; ``FileExistsError`` if the name exists, even if created meanwhile."""
+        if os.path.lexists(path):
+            raise _os_error(errno.EEXIST, path)
+        self._publish(path, data, durable=durable, replace=False)
+
+    def _publish(self, path: str, data: bytes, *, durable: bool, replace: bool) -> None:
+        directory = os.path.dirname(path)
+        self._ensure_dir(directory, durable=durable)
+        temp = _temp_sibling(path)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            try:
+                _write_all(fd, data)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            if replace:
+                os.rename(temp, path)
+            else:
+                self._rename_noreplace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        if durable:
+            _fsync_dir(directory)
+
+    def create_empty(self, path: str, *, durable: bool) -> None:
+        """Create a zero-length file; ``FileExistsError`` if the name exists."""
+        directory = os.path.dirname(path)
+        self._ensure_dir(directory, durable=durable)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        if durable:
+            _fsync_dir(directory)
+
+    def rename(self, source: str, destination: str, *, durable: bool) -> None:
+        """Move ``source`` to ``destination`` without ever overwriting; see the port for errors."""
+        try:
+            self._rename_noreplace(source, destination)
+        except FileNotFoundError:
+            # ENOENT means the source is gone (the fence was lost) or the destination's
+            # parent is missing; only the second is ours to repair.
+            if not os.path.lexists(source):
+                raise
+            self._ensure_dir(os.path.dirname(destination), durable=durable)
+            self._rename_noreplace(source, destination)
+        if durable:
+            source_dir, destination_dir = os.path.dirname(source), os.path.dirname(destination)
+            _fsync_dir(source_dir)
+            if destination_dir != source_dir:
+                _fsync_dir(destination_dir)
+
+    def _rename_noreplace(self, source: str, destination: str) -> None:
+        if self._renameat2 is not None:
+            result = self._renameat2(
+                _AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(destination), _RENAME_NOREPLACE
+            )
+            if result == 0:
+                return
+            code = ctypes.get_errno()
+            if code not in _UNSUPPORTED:
+                raise _os_error(code, source, destination)
+        self._rename_fallback(source, destination)
+
+    def _rename_fallback(self, source: str, destination: str) -> None:
+        if stat.S_ISDIR(os.lstat(source).st_mode):
+            # Race: a directory created at ``destination`` between this check and the
+            # rename is replaced if it is empty. Only directory renames take this path,
+            # and markers (the fenced names) are files.
+            if os.path.lexists(destination):
+                raise _os_error(errno.EEXIST, source, destination)
+            try:
+                os.rename(source, destination)
+            except OSError as error:
+                if error.errno in (errno.ENOTEMPTY, errno.ENOTDIR, errno.EEXIST):
+                    raise _os_error(errno.EEXIST, source, destination) from error
+                raise
+            return
+        # link() refuses an existing destination atomically, even on NFS; the symlink
+        # itself is linked, never its target.
+        os.link(source, destination, follow_symlinks=False)
+        try:
+            os.unlink(source)
+        except FileNotFoundError:
+            # Between our link and unlink another actor renamed the source: it won the
+            # fence. Withdraw our copy of the name and report the loss.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(destination)
+            raise _os_error(errno.ENOENT, source, destination) from None
+
+    def open_appender(self, path: str, *, create: bool = True) -> _PosixAppender:
+        """Open ``path`` for appending (creating it and its parents when ``create``)."""
+        flags = os.O_WRONLY | os.O_APPEND
+        try:
+            return _PosixAppender(path, os.open(path, flags), pending_dirs=[])
+        except FileNotFoundError:
+            if not create:
+                raise
+        directory = os.path.dirname(path)
+        created = self._ensure_dir(directory, durable=False)
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            # Someone created it between our two opens; it is theirs to make durable.
+            return _PosixAppender(path, os.open(path, flags), pending_dirs=[])
+        return _PosixAppender(path, fd, pending_dirs=[os.path.dirname(d) for d in created] + [directory])
+
+    # -- directories and trees -------------------------------------------------------------
+
+    def makedirs(self, path: str) -> None:
+        """Create ``path`` and its parents; an existing directory is fine."""
+        os.makedirs(path, exist_ok=True)
+
+    def _ensure_dir(self, directory: str, *, durable: bool) -> list[str]:
+        """Create ``directory`` as needed, outermost first, and return the directories created.
+
+        When ``durable``, the parent of every created directory is fsynced, so the new
+        chain of names survives a crash once the caller syncs ``directory`` itself.
+        """
+        if os.path.isdir(directory):
+            return []
+        missing: list[str] = []
+        current = directory
+        while not os.path.isdir(current) and os.path.dirname(current) != current:
+            missing.append(current)
+            current = os.path.dirname(current)
+        missing.reverse()  # outermost first
+        for created in missing:
+            try:
+                os.mkdir(created)
+            except FileExistsError:
+                # A concurrent creator is fine; a file in the way is not.
+                if not os.path.isdir(created):
+                    raise
+        if durable:
+            for created in missing:
+                _fsync_dir(os.path.dirname(created))
+        return missing
+
+    def remove(self, path: str) -> None:
+        """Remove one file or symlink; ``FileNotFoundError`` if absent."""
+        os.unlink(path)
+
+    def rmdir(self, path: str) -> None:
+        """Remove one empty directory."""
+        os.rmdir(path)
+
+    def rmtree(self, path: str) -> None:
+        """Remove a file, symlink or tree; a missing one (or entries vanishing meanwhile) is fine."""
+        info = self.lstat(path)
+        if info is None:
+            return
+        if not info.is_dir:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+
+        def tolerate_vanished(function: object, failed: str, error: BaseException) -> None:
+            # A concurrent remover got there first: the goal (nothing left) still holds.
+            if not isinstance(error, FileNotFoundError):
+                raise error
+
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=tolerate_vanished)
+        else:
+            shutil.rmtree(path, onerror=lambda fn, failed, info: tolerate_vanished(fn, failed, info[1]))
+
+    def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
+        """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once."""
+        if os.path.lexists(destination):
+            raise _os_error(errno.EEXIST, destination)
+        info = os.lstat(source)
+        parent = os.path.dirname(destination)
+        self._ensure_dir(parent, durable=durable)
+        temp = _temp_sibling(destination)
+        try:
+            if stat.S_ISDIR(info.st_mode):
+                shutil.copytree(source, temp, symlinks=True)
+            elif stat.S_ISLNK(info.st_mode):
+                os.symlink(os.readlink(source), temp)
+            else:
+                shutil.copy2(source, temp)
+            if durable:
+                self.sync_tree(temp)
+            self._rename_noreplace(temp, destination)
+        except BaseException:
+            self.rmtree(temp)
+            raise
+        if durable:
+            _fsync_dir(parent)
+
+    def sync_tree(self, path: str) -> None:
+        """fsync every file and directory below ``path`` (and ``path`` itself); symlinks are skipped."""
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            self._fsync_file(path)
+            return
+        for directory, _subdirs, files in os.walk(path, topdown=False):
+            for name in files:
+                file_path = os.path.join(directory, name)
+                if not os.path.islink(file_path):
+                    self._fsync_file(file_path)
+            _fsync_dir(directory)
+
+    def _fsync_file(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        """fsync the directory ``path`` so its entries (creations, renames) are durable."""
+        _fsync_dir(path)
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def sleep(self, seconds: float) -> None:
+        """Block for ``seconds``."""
+        time.sleep(seconds)
+
+    def retry_until(self, probe: Callable[[], T | None], deadline_seconds: float) -> T | None:
+        """Call ``probe`` until non-``None`` or the deadline passes (10 ms doubling to 0.5 s, final probe)."""
+        deadline = time.monotonic() + deadline_seconds
+        pause = _FIRST_PAUSE
+        while True:
+            result = probe()
+            if result is not None:
+                return result
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self.sleep(min(pause, remaining))
+            pause = min(pause * 2, _MAX_PAUSE)

@@ -1,0 +1,339 @@
+"""Local processes on Linux: launching runners behind the launch gate, identifying and signalling them.
+
+Owns :class:`LocalProcessControl` (the :class:`~httk.workflow.ports.ProcessControl`
+adapter) and :class:`GatedProcess` (its :class:`~httk.workflow.ports.LaunchedProcess`).
+
+Invariant (spec, "Runner contract"): a runner executes only after the manager has
+recorded its identity, committed the ``running`` marker and released the one-byte
+launch gate. The forked child blocks on the gate pipe before it touches anything;
+if the manager dies first, the kernel closes the write end, the child reads
+end-of-file and exits with status 125 without executing the runner. Identity is
+(host, pid, ``/proc`` start ticks, pgid) so pid reuse is never mistaken for the
+runner ("Cancelling a running job" verifies exits through it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import signal
+import socket
+import weakref
+from collections.abc import Mapping, Sequence
+
+from httk.workflow.ports import ProcessIdentity
+
+GATE_CLOSED_STATUS = 125
+"""Exit status of a child whose gate was abandoned or whose runner could not be executed."""
+
+LOST_STATUS = 255
+"""Reported when our child was reaped elsewhere and its real status is unknown."""
+
+# Python ignores some of these at start-up and a manager may handle or ignore others; the
+# runner must start with the defaults (as subprocess does), and a gated child must die of SIGTERM.
+_RESET_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ", "SIGCHLD", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
+
+
+def _read_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgrp, start_ticks) from ``/proc/<pid>/stat``; ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    if b")" not in raw:
+        return None  # vanished while being read
+    # comm (field 2) may contain spaces and ')': the fields resume after the last ')'.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _decode_status(status: int) -> int:
+    """A wait status as subprocess reports it: exit code, or minus the signal."""
+    return os.waitstatus_to_exitcode(status)
+
+
+def _child(gate_r: int, max_fd: int, argv: list[bytes], env: dict[bytes, bytes],
+           candidates: list[bytes], cwd: bytes, stdout: bytes, stderr: bytes) -> None:
+    """The forked child up to ``execve``; only os-level calls, everything pre-computed."""
+    os.setpgid(0, 0)
+    for signum in _RESET_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    # Other gates' write ends are copied into us until exec; close them now or an
+    # abandoned sibling would not see EOF while we wait.
+    if gate_r > 3:
+        os.closerange(3, gate_r)
+    os.closerange(max(3, gate_r + 1), max_fd)
+    if os.read(gate_r, 1) == b"":
+        return  # the manager abandoned us or died: never run the runner
+    os.close(gate_r)
+    failure: OSError | None = None
+    try:
+        for path, target, flags in ((b"/dev/null", 0, os.O_RDONLY),
+                                    (stdout, 1, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+                                    (stderr, 2, os.O_WRONLY | os.O_CREAT | os.O_APPEND)):
+            fd = os.open(path, flags, 0o644)
+            if fd == target:
+                os.set_inheritable(fd, True)  # os.open is close-on-exec; dup2 targets are not
+            else:
+                os.dup2(fd, target)
+                os.close(fd)
+        os.chdir(cwd)
+    except OSError as error:
+        failure = error
+        candidates = []
+    for candidate in candidates:
+        try:
+            os.execve(candidate, argv, env)
+        except OSError as error:
+            # Like execvpe: report the first error that is not "not here".
+            if failure is None or failure.errno in (errno.ENOENT, errno.ENOTDIR):
+                failure = error
+    reason = b"empty search path"
+    if failure is not None:
+        reason = b"%s (%s)" % (os.fsencode(failure.strerror or ""), os.fsencode(failure.filename or ""))
+    os.write(2, b"httk-workflow: cannot execute '%s': %s\n" % (argv[0], reason))
+
+
+class GatedProcess:
+    """A child of this process, started in its own group and held behind its launch gate."""
+
+    def __init__(self, identity: ProcessIdentity, gate_w: int, pidfd: int | None) -> None:
+        self._identity = identity
+        self._gate_w: int | None = gate_w
+        self._pidfd = pidfd
+        self._returncode: int | None = None
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        return self._identity
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    def release(self) -> None:
+        """Write the gate byte: the runner executes. Idempotent."""
+        self._close_gate(b"x")
+
+    def abandon(self) -> None:
+        """Close the gate without the byte: the child exits 125 and the runner never runs."""
+        self._close_gate(b"")
+
+    def _close_gate(self, byte: bytes) -> None:
+        if self._gate_w is None:
+            return
+        fd, self._gate_w = self._gate_w, None
+        try:
+            if byte:
+                os.write(fd, byte)
+        except BrokenPipeError:
+            pass  # the child is already gone; poll() will say how
+        finally:
+            os.close(fd)
+
+    def poll(self) -> int | None:
+        """The exit status (negative for a signal) once ended, reaping the child; else ``None``."""
+        if self._returncode is None:
+            try:
+                pid, status = os.waitpid(self._identity.pid, os.WNOHANG)
+            except ChildProcessError:
+                self._returncode = LOST_STATUS
+            else:
+                if pid:
+                    self._returncode = _decode_status(status)
+        return self._returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the process ends or ``timeout`` seconds pass; ``None`` on timeout."""
+        if self.poll() is not None:
+            return self._returncode
+        if self._pidfd is None:
+            return self._wait_without_pidfd(timeout)
+        poller = select.poll()  # not select.select: descriptors may exceed FD_SETSIZE
+        poller.register(self._pidfd, select.POLLIN)
+        poller.poll(None if timeout is None else max(0, int(timeout * 1000)))
+        return self.poll()
+
+    def _wait_without_pidfd(self, timeout: float | None) -> int | None:
+        if timeout is None:
+            try:
+                _, status = os.waitpid(self._identity.pid, 0)
+            except ChildProcessError:
+                self._returncode = LOST_STATUS
+            else:
+                self._returncode = _decode_status(status)
+            return self._returncode
+        # Kernels before 5.3 lack pidfd: back off from 1 ms to 50 ms (no clock here).
+        waited, pause = 0.0, 0.001
+        while self.poll() is None and waited < timeout:
+            step = min(pause, timeout - waited)
+            select.poll().poll(int(step * 1000) or 1)
+            waited, pause = waited + step, min(pause * 2, 0.05)
+        return self._returncode
+
+    def fileno(self) -> int:
+        """A pidfd that becomes readable when the process ends (for ``select``/``poll``)."""
+        if self._pidfd is None:
+            raise OSError(errno.ENOSYS, "pidfd_open is not available; use wait(timeout)")
+        return self._pidfd
+
+    def close(self) -> None:
+        """Abandon the gate if still closed and release the pidfd; the child is not signalled."""
+        self.abandon()
+        if self._pidfd is not None:
+            fd, self._pidfd = self._pidfd, None
+            os.close(fd)
+
+    def __del__(self) -> None:
+        # Nobody can release a dropped process any more: abandon its gate, free the pidfd.
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+class LocalProcessControl:
+    """:class:`~httk.workflow.ports.ProcessControl` for this Linux host (fork, pidfd, /proc)."""
+
+    def __init__(self, *, use_pidfd: bool = True) -> None:
+        self._use_pidfd = use_pidfd and hasattr(os, "pidfd_open")
+        self._children: weakref.WeakValueDictionary[int, GatedProcess] = weakref.WeakValueDictionary()
+
+    def hostname(self) -> str:
+        return socket.gethostname()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def uid(self) -> int:
+        return os.getuid()
+
+    def launch(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
+               stdout_path: str, stderr_path: str) -> GatedProcess:
+        """Fork ``argv`` into a new process group, blocked on a closed launch gate."""
+        if not argv:
+            raise ValueError("argv must not be empty")
+        if any("=" in key or not key for key in env):
+            raise ValueError("environment names must be non-empty and must not contain '='")
+        # Everything the child needs is built here, so the child allocates next to nothing.
+        argv_b = [os.fsencode(arg) for arg in argv]
+        env_b = {os.fsencode(key): os.fsencode(value) for key, value in env.items()}
+        if any(b"\0" in item for item in (*argv_b, *env_b, *env_b.values())):
+            raise ValueError("argv and environment must not contain NUL bytes")
+        if b"/" in argv_b[0]:
+            candidates = [argv_b[0]]
+        else:
+            candidates = [os.path.join(os.fsencode(d), argv_b[0]) for d in os.get_exec_path(dict(env))]
+        cwd_b, out_b, err_b = os.fsencode(cwd), os.fsencode(stdout_path), os.fsencode(stderr_path)
+        max_fd = os.sysconf("SC_OPEN_MAX")
+        max_fd = max_fd if max_fd > 0 else 65536
+        gate_r, gate_w = os.pipe()  # both close-on-exec
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(gate_r)
+            os.close(gate_w)
+            raise
+        if pid == 0:
+            try:
+                _child(gate_r, max_fd, argv_b, env_b, candidates, cwd_b, out_b, err_b)
+            finally:
+                os._exit(GATE_CLOSED_STATUS)
+        os.close(gate_r)
+        try:
+            try:
+                os.setpgid(pid, pid)  # also in the child: whichever runs first wins the race
+            except OSError as error:
+                if error.errno not in (errno.EACCES, errno.ESRCH):
+                    raise
+            pidfd = self._pidfd_open(pid)
+        except BaseException:
+            os.close(gate_w)
+            raise
+        stat = _read_stat(pid)
+        identity = ProcessIdentity(self.hostname(), pid, stat[3] if stat else None, pid)
+        process = GatedProcess(identity, gate_w, pidfd)
+        self._children[pid] = process
+        return process
+
+    def _pidfd_open(self, pid: int) -> int | None:
+        if not self._use_pidfd:
+            return None
+        try:
+            return os.pidfd_open(pid)
+        except OSError as error:
+            if error.errno not in (errno.ENOSYS, errno.EPERM):  # kernel < 5.3 or seccomp
+                raise
+            self._use_pidfd = False
+            return None
+
+    def is_alive(self, identity: ProcessIdentity) -> bool | None:
+        """``None`` off this host; ``False`` if gone, reused or a zombie (reaped if ours)."""
+        if identity.host != self.hostname():
+            return None
+        stat = _read_stat(identity.pid)
+        if stat is None:
+            return False
+        state, ppid, _, start_ticks = stat
+        if identity.start_ticks is not None and start_ticks != identity.start_ticks:
+            return False  # the pid was reused
+        if state not in ("Z", "X"):
+            # Without start ticks a live pid may be ours: claiming alive is the safe side.
+            return True
+        if ppid == os.getpid():
+            self._reap(identity.pid)
+        return False
+
+    def _reap(self, pid: int) -> None:
+        child = self._children.get(pid)
+        if child is not None:
+            child.poll()  # keeps the status for its owner
+            return
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+    def signal_group(self, pgid: int, signum: int) -> bool:
+        """``killpg``; ``False`` when the group no longer exists."""
+        self._check_group(pgid)
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def group_alive(self, pgid: int) -> bool:
+        """Whether any non-zombie member of the group remains (verifies a cancelled group is gone)."""
+        self._check_group(pgid)
+        for child in list(self._children.values()):
+            if child.identity.pgid == pgid:
+                child.poll()
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # exists, owned by someone else
+        # Orphaned zombies linger where PID 1 does not reap; they can no longer write anything.
+        try:
+            pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        except OSError:
+            return True
+        for pid in pids:
+            stat = _read_stat(pid)
+            if stat is not None and stat[2] == pgid and stat[0] not in ("Z", "X"):
+                return True
+        return False
+
+    @staticmethod
+    def _check_group(pgid: int) -> None:
+        # killpg(0) or our own group would signal the manager itself.
+        if pgid <= 1 or pgid == os.getpgrp():
+            raise ValueError(f"refusing to signal process group {pgid}")

@@ -1,0 +1,151 @@
+"""The one place JSON meets the model: canonical bytes and path-naming errors.
+
+Canonical JSON (sorted keys, compact separators, UTF-8, trailing newline for
+files) is what makes two writers — Python and Bash, or two managers — produce
+the same bytes for the same document. Structured value types go through the one
+cattrs converter below; every decoding error names the document and the member.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+
+T = TypeVar("T")
+
+converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+class DocumentError(ValueError):
+    """A malformed document; the message is one line naming the file and the member."""
+
+    def __init__(self, document: str, member: str, problem: str) -> None:
+        super().__init__(f"{document} @ {member}: {problem}")
+        self.document = document
+        self.member = member
+        self.problem = problem
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON text without a trailing newline."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encode(value: Any) -> bytes:
+    """Canonical JSON file bytes (with the trailing newline)."""
+    return (dumps(value) + "\n").encode("utf-8")
+
+
+def decode(data: bytes, document: str) -> Any:
+    """Parse JSON bytes; a parse error names the document."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise DocumentError(document, "$", f"not UTF-8 ({error.reason})") from None
+    except json.JSONDecodeError as error:
+        raise DocumentError(document, "$", f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+
+
+def decode_object(data: bytes, document: str) -> dict[str, Any]:
+    value = decode(data, document)
+    if not isinstance(value, dict):
+        raise DocumentError(document, "$", "expected an object")
+    return value
+
+
+def structure(value: Any, cls: type[T], document: str) -> T:
+    """Structure ``value`` into ``cls`` with the shared converter; errors name the member."""
+    try:
+        return converter.structure(value, cls)
+    except cattrs.BaseValidationError as error:
+        member, problem = _first_problem(error)
+        raise DocumentError(document, member, problem) from None
+
+
+def unstructure(value: Any) -> Any:
+    return converter.unstructure(value)
+
+
+def _first_problem(error: BaseException, path: str = "$") -> tuple[str, str]:
+    if isinstance(error, cattrs.BaseValidationError):
+        for inner in error.exceptions:
+            note = _note(inner)
+            return _first_problem(inner, path + note)
+        return path, str(error)
+    if isinstance(error, cattrs.ForbiddenExtraKeysError):
+        return f"{path}.{sorted(error.extra_fields)[0]}", "unknown member"
+    if isinstance(error, KeyError):
+        return path, f"missing member {error}"
+    return path, str(error) or type(error).__name__
+
+
+def _note(error: BaseException) -> str:
+    for note in getattr(error, "__notes__", ()):
+        name = getattr(note, "name", None)
+        index = getattr(note, "index", None)
+        if name is not None:
+            return f".{name}"
+        if index is not None:
+            return f"[{index}]"
+    return ""
+
+
+def type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+@attrs.frozen
+class Checked:
+    """A tiny member checker for hand-validated documents (job.json, outcome.json)."""
+
+    document: str
+
+    def fail(self, member: str, problem: str) -> DocumentError:
+        return DocumentError(self.document, member, problem)
+
+    def string(self, obj: dict[str, Any], key: str, path: str, *, optional: bool = False) -> str | None:
+        value = obj.get(key)
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(f"{path}.{key}", f"expected string, got {type_name(value)}")
+        return value
+
+    def integer(self, obj: dict[str, Any], key: str, path: str, *, optional: bool = False) -> int | None:
+        value = obj.get(key)
+        if value is None and optional:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.fail(f"{path}.{key}", f"expected int, got {type_name(value)}")
+        return value
+
+    def obj(self, obj: dict[str, Any], key: str, path: str, *, optional: bool = False) -> dict[str, Any]:
+        value = obj.get(key)
+        if value is None and optional:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(f"{path}.{key}", f"expected object, got {type_name(value)}")
+        return value
+
+    def strings(self, obj: dict[str, Any], key: str, path: str) -> list[str]:
+        value = obj.get(key, [])
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self.fail(f"{path}.{key}", "expected an array of strings")
+        return list(value)

@@ -1,0 +1,155 @@
+"""Pure pieces of a scheduling tick: claim filters, best-within-window order, root rotation.
+
+Owns what a manager may claim (pool, capabilities, executor, placement prefix),
+the order in which it claims from one bounded window, the round-robin order of
+top-level placement roots, and how loudly a slow pass is logged. Invariant: the
+same inputs give the same order on every manager, so a tick is reproducible and
+equal priorities never reorder at random.
+Spec: 000 "Run" (pools, long scans), "Scheduling".
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+#: A pass that takes this share of the lease is logged at the given level.
+PASS_WARNING_FRACTION = 0.5
+PASS_ERROR_FRACTION = 0.9
+
+
+def _components(path: str) -> tuple[str, ...]:
+    return tuple(part for part in path.split("/") if part)
+
+
+def placement_matches(placement: str, prefixes: Sequence[str]) -> bool:
+    """Whether ``placement`` lies in one of ``prefixes``, compared whole path component by component.
+
+    ``project-a`` matches ``project-a`` and ``project-a/x`` but not ``project-ab``.
+    No prefixes (or an empty prefix) means the whole workspace.
+    """
+    if not prefixes:
+        return True
+    parts = _components(placement)
+    for prefix in prefixes:
+        wanted = _components(prefix)
+        if parts[: len(wanted)] == wanted:
+            return True
+    return False
+
+
+def may_contain_matches(directory: str, prefixes: Sequence[str]) -> bool:
+    """Whether a walk must descend into ``directory``: it is inside a prefix or on the way to one."""
+    if not prefixes:
+        return True
+    parts = _components(directory)
+    for prefix in prefixes:
+        wanted = _components(prefix)
+        common = min(len(parts), len(wanted))
+        if parts[:common] == wanted[:common]:
+            return True
+    return False
+
+
+@attrs.frozen
+class Offer:
+    """What one manager serves, as published in its manifest."""
+
+    pools: frozenset[str] = attrs.field(converter=frozenset)
+    capabilities: frozenset[str] = attrs.field(converter=frozenset)
+    executors: frozenset[str] = attrs.field(converter=frozenset)
+    placement_prefixes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen
+class Requirements:
+    """What one job needs from a manager, from its ``job.json`` and placement."""
+
+    pool: str
+    capabilities: frozenset[str] = attrs.field(converter=frozenset)
+    executor: str
+    placement: str
+
+
+@attrs.frozen
+class Mismatch:
+    """One reason a manager cannot claim a job, with the change that would clear it."""
+
+    #: ``executor``, ``pool``, ``capability`` or ``placement_prefix``.
+    kind: str
+    value: str
+    advice: str
+
+
+def mismatches(offer: Offer, req: Requirements) -> tuple[Mismatch, ...]:
+    """Every reason ``offer`` cannot claim ``req``; empty means claimable.
+
+    Order: executor, pool, capabilities (sorted), placement prefix — the order ``job why`` lists them.
+    """
+    found: list[Mismatch] = []
+    if req.executor not in offer.executors:
+        found.append(
+            Mismatch(
+                "executor",
+                req.executor,
+                f"this manager does not run the {req.executor!r} executor; start a manager that serves it",
+            )
+        )
+    if req.pool not in offer.pools:
+        found.append(Mismatch("pool", req.pool, f"start a manager with --pool {req.pool}"))
+    for capability in sorted(req.capabilities - offer.capabilities):
+        found.append(Mismatch("capability", capability, f"start a manager with --capability {capability}"))
+    if not placement_matches(req.placement, offer.placement_prefixes):
+        root = _components(req.placement)[0] if _components(req.placement) else req.placement
+        found.append(
+            Mismatch(
+                "placement_prefix",
+                req.placement,
+                f"add --placement-prefix {root} or drop the --placement-prefix options "
+                f"(this manager scans only {', '.join(offer.placement_prefixes)})",
+            )
+        )
+    return tuple(found)
+
+
+@attrs.frozen
+class Candidate:
+    """A claimable job found in the window: its priority, a stable tie-break key, and the caller's item."""
+
+    priority: int
+    order_key: str
+    item: object = attrs.field(default=None, eq=False)
+
+
+def best_within_window(candidates: Iterable[Candidate], slots: int) -> list[Candidate]:
+    """At most ``slots`` candidates, highest priority first, equal priorities by ascending ``order_key``."""
+    if slots <= 0:
+        return []
+    # nsmallest is documented as sorted(...)[:n], so equal keys keep their input order.
+    return heapq.nsmallest(slots, candidates, key=lambda c: (-c.priority, c.order_key))
+
+
+def rotate(roots: Sequence[str], start_after: str | None) -> list[str]:
+    """The distinct roots in sorted order, starting after ``start_after`` and wrapping around.
+
+    A ``start_after`` that no longer exists resumes at the next root that sorts after it.
+    """
+    ordered = sorted(set(roots))
+    if start_after is None:
+        return ordered
+    cut = bisect.bisect_right(ordered, start_after)
+    return ordered[cut:] + ordered[:cut]
+
+
+def pass_duration_level(duration: float, lease_seconds: float) -> str | None:
+    """``"error"`` for a pass of at least 0.9 lease, ``"warning"`` for at least 0.5, else ``None``."""
+    if lease_seconds <= 0:
+        raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+    if duration >= PASS_ERROR_FRACTION * lease_seconds:
+        return "error"
+    if duration >= PASS_WARNING_FRACTION * lease_seconds:
+        return "warning"
+    return None

@@ -1,0 +1,73 @@
+"""Marker names: the zero-length files whose location and name are a job's truth.
+
+``state/<kind>/<placement>/<job-key>.p<priority>.g<generation base36>.<ref>``.
+Parsing splits from the right, because a tag may contain dots while the three
+trailing fields never do. Spec: docs/workflow_filesystem_api.md "Markers".
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..domain.lifecycle import StateKind
+from ..domain.model import JobKey, ValidationError
+
+INIT_REF = "init"
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def to_base36(value: int) -> str:
+    if value < 0:
+        raise ValueError("generation must be >= 0")
+    if value == 0:
+        return "0"
+    out = []
+    while value:
+        value, digit = divmod(value, 36)
+        out.append(_DIGITS[digit])
+    return "".join(reversed(out))
+
+
+class MarkerNameError(ValueError):
+    """A file in the state tree whose name is not a marker (damage code ``unparseable_name``)."""
+
+
+@attrs.frozen
+class Marker:
+    """One marker: where it is and what its name says."""
+
+    kind: StateKind
+    placement: str
+    key: JobKey
+    priority: int
+    generation: int
+    ref: str
+
+    @property
+    def job_id(self) -> str:
+        return self.key.job_id
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}.p{self.priority}.g{to_base36(self.generation)}.{self.ref}"
+
+    def relative_path(self) -> str:
+        return f"{self.kind.value}/{self.placement}/{self.name}"
+
+    @classmethod
+    def parse(cls, kind: StateKind | str, placement: str, name: str) -> Marker:
+        parts = name.rsplit(".", 3)
+        if len(parts) != 4:
+            raise MarkerNameError(f"unparseable marker name {name!r}")
+        key_text, priority_text, generation_text, ref = parts
+        try:
+            if not priority_text.startswith("p") or not generation_text.startswith("g"):
+                raise ValueError
+            priority = int(priority_text[1:])
+            generation = int(generation_text[1:], 36)
+            if generation_text[1:] != to_base36(generation) or not ref:
+                raise ValueError
+            key = JobKey.parse(key_text)
+        except (ValueError, ValidationError):
+            raise MarkerNameError(f"unparseable marker name {name!r}") from None
+        return cls(StateKind(kind), placement, key, priority, generation, ref)

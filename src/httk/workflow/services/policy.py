@@ -1,0 +1,110 @@
+"""Workspace policy (the four engine tunables) and application settings: validation.
+
+Policy lives in ``format.json`` so every manager and CLI attaching the workspace
+agrees on it; a write is validated member by member and an unknown key is
+refused rather than stored. Settings are a flat map of dotted names to small JSON
+values. Spec: 000 "Workspace policy", "Application settings".
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from ..codec import type_name
+
+DEFAULT_POLICY: dict[str, Any] = {
+    "visibility_deadline_seconds": 5.0,
+    "lease_seconds": 900.0,
+    "journal_segment_bytes": 67108864,
+    "retention": {},
+}
+RETENTION_KEYS = ("attempt_control_days", "journal_days", "trash_days")
+SETTING_NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*(\.[a-z0-9_][a-z0-9_-]*)*$")
+
+
+class PolicyError(ValueError):
+    """A policy or settings write that is refused; the message names the key and the fix."""
+
+
+def _positive_number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise PolicyError(f"policy {key}: expected a positive number, got {type_name(value)} {value!r}")
+    return float(value)
+
+
+def _check_retention(key: str, value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise PolicyError(f"policy {key}: expected an object of {', '.join(RETENTION_KEYS)}")
+    out: dict[str, float] = {}
+    for name, days in value.items():
+        if name not in RETENTION_KEYS:
+            raise PolicyError(f"policy retention.{name}: unknown key; known: {', '.join(RETENTION_KEYS)}")
+        if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
+            raise PolicyError(f"policy retention.{name}: expected a number of days >= 0, got {days!r}")
+        out[name] = days
+    return out
+
+
+def validate_policy(policy: Any) -> dict[str, Any]:
+    """Check a whole policy object; unknown keys and wrong types are refused."""
+    if not isinstance(policy, dict):
+        raise PolicyError("policy: expected an object")
+    out = copy.deepcopy(DEFAULT_POLICY)
+    for key, value in policy.items():
+        out[key] = _check_key(key, value)
+    return out
+
+
+def _check_key(key: str, value: Any) -> Any:
+    if key in ("visibility_deadline_seconds", "lease_seconds"):
+        return _positive_number(key, value)
+    if key == "journal_segment_bytes":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 4096:
+            raise PolicyError(f"policy {key}: expected an integer >= 4096, got {type_name(value)} {value!r}")
+        return value
+    if key == "retention":
+        return _check_retention(key, value)
+    known = ", ".join([*DEFAULT_POLICY, *(f"retention.{name}" for name in RETENTION_KEYS)])
+    raise PolicyError(f"unknown policy key {key!r}; known keys: {known}")
+
+
+def set_policy_value(policy: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A new policy with ``key`` (dotted for retention members) set to ``value``; validated."""
+    out = copy.deepcopy(policy)
+    if key.startswith("retention."):
+        name = key.split(".", 1)[1]
+        retention = dict(out.get("retention") or {})
+        if value is None:
+            retention.pop(name, None)
+        else:
+            retention[name] = value
+        out["retention"] = _check_retention("retention", retention)
+        return out
+    out[key] = _check_key(key, value)
+    return out
+
+
+def check_setting_name(name: str) -> str:
+    if not isinstance(name, str) or not SETTING_NAME.match(name):
+        raise PolicyError(
+            f"invalid setting name {name!r}: use dotted lowercase names such as 'vasp.command'"
+        )
+    return name
+
+
+def setting_env_name(name: str) -> str:
+    """``vasp.command`` → ``HTTK_VASP_COMMAND``."""
+    return "HTTK_" + name.upper().replace(".", "_").replace("-", "_")
+
+
+def scalar_settings_env(settings: dict[str, Any]) -> dict[str, str]:
+    """The attempt environment of the scalar settings (objects and arrays stay in context.json)."""
+    env: dict[str, str] = {}
+    for name, value in settings.items():
+        if isinstance(value, bool):
+            env[setting_env_name(name)] = "true" if value else "false"
+        elif isinstance(value, int | float | str):
+            env[setting_env_name(name)] = str(value)
+    return env

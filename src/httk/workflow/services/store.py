@@ -1,0 +1,247 @@
+"""The protocol store: the one place that creates and renames markers.
+
+A transition appends a full state frame to this process's journal (synced when
+durable) and then renames the exact old marker name to the new one. The rename
+is the fence: if the old name is gone, another actor won and this one reports
+:class:`LostRace` without touching anything else. The kind change itself is
+decided by the domain's transition table. Spec: 000 "Workspace policy",
+"Checking and repairing"; docs/workflow_filesystem_api.md "Markers", "Journal".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from .. import codec
+from ..domain.frames import StateFrame
+from ..domain.lifecycle import Event, StateKind, next_kind
+from ..domain.model import JobKey
+from ..domain.scheduling import placement_matches
+from ..ports import Clock, Filesystem
+from ..protocol import JOB_FILE, JobSpec, parse_job_bytes
+from .journal import FrameDamage, JournalReader, JournalWriter
+from .layout import Layout
+from .markers import INIT_REF, Marker, MarkerNameError
+
+
+class LostRace(Exception):
+    """The marker this actor meant to rename was renamed by someone else first."""
+
+    def __init__(self, marker: Marker) -> None:
+        super().__init__(f"lost race on job {marker.key}: marker {marker.relative_path()} is gone")
+        self.marker = marker
+
+
+class JobDamage(Exception):
+    """A job whose marker does not resolve; ``code`` is the stable damage code."""
+
+    def __init__(self, code: str, message: str, marker: Marker | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.marker = marker
+
+
+@attrs.frozen
+class StoreConfig:
+    workspace_id: str
+    durable: bool
+    segment_bytes: int
+    deadline_seconds: float
+
+
+@attrs.frozen
+class JobView:
+    """A job read the way a manager reads it: marker, then frame, then job.json."""
+
+    marker: Marker
+    frame: StateFrame
+    spec: JobSpec | None
+    spec_error: str | None = None
+
+
+class Store:
+    """Markers and the journal of one workspace, through the filesystem port."""
+
+    def __init__(
+        self, fs: Filesystem, layout: Layout, config: StoreConfig, clock: Clock, writer_id: str
+    ) -> None:
+        self.fs = fs
+        self.layout = layout
+        self.config = config
+        self.clock = clock
+        self.writer = JournalWriter(
+            fs, layout.journal, writer_id, segment_bytes=config.segment_bytes, durable=config.durable
+        )
+        self.reader = JournalReader(fs, layout.journal, deadline_seconds=config.deadline_seconds)
+
+    # -- paths -------------------------------------------------------------------------------
+    def marker_path(self, marker: Marker) -> str:
+        return f"{self.layout.state}/{marker.relative_path()}"
+
+    def payload_dir(self, marker: Marker) -> str:
+        return self.layout.payload(marker.placement, str(marker.key))
+
+    # -- creation ----------------------------------------------------------------------------
+    def create_submitted(self, placement: str, key: JobKey, priority: int) -> Marker:
+        """Publish the generation-0 ``submitted`` marker of a payload already in place."""
+        marker = Marker(StateKind.SUBMITTED, placement, key, priority, 0, INIT_REF)
+        self.fs.makedirs(f"{self.layout.kind_dir(StateKind.SUBMITTED)}/{placement}")
+        self.fs.create_empty(self.marker_path(marker), durable=self.config.durable)
+        return marker
+
+    # -- reading -----------------------------------------------------------------------------
+    def read_spec(self, marker: Marker) -> JobSpec:
+        path = f"{self.payload_dir(marker)}/{JOB_FILE}"
+        try:
+            data = self.fs.read_bytes(path)
+        except FileNotFoundError:
+            raise JobDamage("missing_payload", f"{path} does not exist", marker) from None
+        try:
+            return parse_job_bytes(data, path)
+        except codec.DocumentError as error:
+            raise JobDamage("invalid_job", str(error), marker) from None
+
+    def initial_frame(self, marker: Marker, spec: JobSpec) -> StateFrame:
+        """The implicit frame of generation 0: the job as its job.json defines it."""
+        return StateFrame(
+            workspace_id=self.config.workspace_id,
+            job_id=marker.job_id,
+            job_key=str(marker.key),
+            placement=marker.placement,
+            generation=0,
+            kind=marker.kind,
+            event="submit",
+            previous_record_ref=None,
+            created_at=0.0,
+            priority=marker.priority,
+            step=spec.initial_step,
+        )
+
+    def read_frame(self, marker: Marker) -> StateFrame | None:
+        """The frame a marker names (``None`` for generation 0); raises :class:`JobDamage`."""
+        if marker.generation == 0:
+            if marker.ref != INIT_REF:
+                raise JobDamage("reference_mismatch", f"generation 0 must reference {INIT_REF!r}", marker)
+            return None
+        try:
+            document = self.reader.read(marker.ref)
+        except FrameDamage as damage:
+            raise JobDamage(damage.code, damage.message, marker) from None
+        try:
+            frame = StateFrame.from_json(document)
+        except ValueError as error:
+            raise JobDamage("checksum_mismatch", str(error), marker) from None
+        if (
+            frame.job_id != marker.job_id
+            or frame.kind != marker.kind
+            or frame.generation != marker.generation
+            or frame.workspace_id != self.config.workspace_id
+        ):
+            raise JobDamage(
+                "identity_mismatch",
+                f"frame names job {frame.job_id} {frame.kind.value} g{frame.generation}, "
+                f"marker is {marker.job_id} {marker.kind.value} g{marker.generation}",
+                marker,
+            )
+        return frame
+
+    def read_job(self, marker: Marker) -> JobView:
+        """Marker → frame → job.json; frame damage raises, a bad job.json is reported in the view."""
+        frame = self.read_frame(marker)
+        try:
+            spec: JobSpec | None = self.read_spec(marker)
+            error = None
+        except JobDamage as damage:
+            spec, error = None, str(damage)
+        if frame is None:
+            if spec is None:
+                frame = StateFrame(
+                    workspace_id=self.config.workspace_id,
+                    job_id=marker.job_id,
+                    job_key=str(marker.key),
+                    placement=marker.placement,
+                    generation=0,
+                    kind=marker.kind,
+                    event="submit",
+                    previous_record_ref=None,
+                    created_at=0.0,
+                    priority=marker.priority,
+                    step="",
+                )
+            else:
+                frame = self.initial_frame(marker, spec)
+        return JobView(marker, frame, spec, error)
+
+    # -- transitions -------------------------------------------------------------------------
+    def transition(self, marker: Marker, current: StateFrame, event: Event, **changes: Any) -> tuple[Marker, StateFrame]:
+        """Apply ``event``: append the new frame, then rename the marker onto it.
+
+        Raises :class:`LostRace` when the old marker is gone (nothing is changed
+        then beyond one orphan frame in this writer's journal, which no marker names).
+        """
+        kind = next_kind(marker.kind, event)
+        priority = changes.pop("priority", marker.priority)
+        frame = current.evolve(
+            generation=marker.generation + 1,
+            kind=kind,
+            event=event.value,
+            previous_record_ref=None if marker.ref == INIT_REF else marker.ref,
+            created_at=self.clock.now(),
+            priority=priority,
+            **changes,
+        )
+        ref = self.writer.append(frame.to_json())
+        new_marker = Marker(kind, marker.placement, marker.key, priority, frame.generation, str(ref))
+        try:
+            self.fs.rename(self.marker_path(marker), self.marker_path(new_marker), durable=self.config.durable)
+        except FileNotFoundError:
+            raise LostRace(marker) from None
+        return new_marker, frame
+
+    # -- discovery ---------------------------------------------------------------------------
+    def iter_markers(
+        self,
+        kind: StateKind,
+        prefixes: Sequence[str] = (),
+        on_damage: Callable[[str, str, str], None] | None = None,
+    ) -> Iterator[Marker]:
+        """Every marker of one kind, exhaustively, in a stable (sorted) order."""
+        base = self.layout.kind_dir(kind)
+        roots = [""] if not prefixes else sorted({prefix.strip("/") for prefix in prefixes})
+        for root in roots:
+            start = f"{base}/{root}" if root else base
+            yield from self._walk(kind, start, root, prefixes, on_damage)
+
+    def _walk(
+        self,
+        kind: StateKind,
+        directory: str,
+        placement: str,
+        prefixes: Sequence[str],
+        on_damage: Callable[[str, str, str], None] | None,
+    ) -> Iterator[Marker]:
+        entries = sorted(self.fs.scandir(directory), key=lambda entry: entry.name)
+        for entry in entries:
+            if entry.is_dir:
+                child = f"{placement}/{entry.name}" if placement else entry.name
+                yield from self._walk(kind, entry.path, child, prefixes, on_damage)
+            elif placement and (not prefixes or placement_matches(placement, prefixes)):
+                try:
+                    yield Marker.parse(kind, placement, entry.name)
+                except MarkerNameError as error:
+                    if on_damage is not None:
+                        on_damage("unparseable_name", entry.path, str(error))
+            elif not placement and on_damage is not None:
+                on_damage("unparseable_name", entry.path, "a file directly below a kind directory")
+
+    def find(self, job_id: str, kinds: Sequence[StateKind] = tuple(StateKind)) -> Marker | None:
+        """The current marker of a job (exhaustive; for inspection, never for scheduling)."""
+        for kind in kinds:
+            for marker in self.iter_markers(kind):
+                if marker.job_id == job_id:
+                    return marker
+        return None

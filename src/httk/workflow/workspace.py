@@ -1,0 +1,103 @@
+"""The public ``Workspace`` facade: what a library caller or a runner author uses.
+
+``Workspace(path)`` attaches an existing workspace with the production ports;
+``Workspace(path, ports=...)`` attaches it through other ports (tests pass the
+in-memory filesystem and a fake clock). Spec: 000 "Initialize a workspace";
+001 "A complete runner".
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .services.markers import Marker
+from .services.runners import publish_runner
+from .services.submission import Submitted, submit
+from .services.workspaces import Ports, WorkspaceHandle, WorkspaceService
+
+
+def _default_ports() -> Ports:
+    from .bootstrap import default_container
+
+    return default_container().ports()
+
+
+class Workspace:
+    """One workspace directory."""
+
+    def __init__(self, path: str | os.PathLike[str], *, ports: Ports | None = None) -> None:
+        self._ports = ports or _default_ports()
+        self._handle = WorkspaceService(self._ports).open(_absolute(path, self._ports))
+
+    @classmethod
+    def init(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        durable: bool = True,
+        ports: Ports | None = None,
+    ) -> Workspace:
+        """Create a workspace at ``path`` (or adopt the one there) and attach it."""
+        chosen = ports or _default_ports()
+        WorkspaceService(chosen).init(_absolute(path, chosen), name=name, durable=durable)
+        return cls(path, ports=chosen)
+
+    @property
+    def handle(self) -> WorkspaceHandle:
+        return self._handle
+
+    @property
+    def path(self) -> str:
+        return self._handle.root
+
+    @property
+    def name(self) -> str:
+        return self._handle.name
+
+    @property
+    def durable(self) -> bool:
+        return self._handle.durable
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        return self._handle.policy
+
+    def set_policy(self, key: str, value: Any) -> dict[str, Any]:
+        return self._handle.set_policy(key, value)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self._handle.settings()
+
+    def set_setting(self, name: str, value: Any) -> None:
+        self._handle.set_setting(name, value)
+
+    def publish_runner(
+        self, path: str | os.PathLike[str], name: str | None = None, *, replace: bool = False
+    ) -> dict[str, Any]:
+        """Publish a runner file or directory; returns ``{"path", "sha256", "source": "workspace"}``."""
+        source = _absolute(path, self._ports)
+        return publish_runner(
+            self._ports.fs,
+            self._handle.layout,
+            source,
+            name or os.path.basename(source),
+            replace=replace,
+            durable=self._handle.durable,
+        )
+
+    def submit(
+        self, payload: str | os.PathLike[str], placement: str, *, move: bool = False, tag: str | None = None
+    ) -> Marker:
+        """Submit a prepared payload at ``placement``; returns the job's marker."""
+        result: Submitted = submit(self._handle, _absolute(payload, self._ports), placement, move=move, tag=tag)
+        return result.marker
+
+
+def _absolute(path: str | os.PathLike[str], ports: Ports) -> str:
+    text = os.fspath(path)
+    if text.startswith("/"):
+        return os.path.normpath(text)
+    return os.path.normpath(os.path.join(os.getcwd(), text))
