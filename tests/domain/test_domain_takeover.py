@@ -36,144 +36,57 @@ def _obs(**overrides: Any) -> TakeoverObservation:
     return TakeoverObservation(**values)
 
 
-A, L = TakeoverAction, "lease_live"
-ROWS: list[tuple[str, dict[str, Any], TakeoverAction, str, str]] = [
-    # id, observation overrides, action, rule, log level
-    ("live-running", {"heartbeat_age": 10.0}, A.LEAVE, L, "debug"),
-    ("live-exactly-at-lease", {"heartbeat_age": LEASE}, A.LEAVE, L, "debug"),
-    ("live-claimed", {"kind": StateKind.CLAIMED, "heartbeat_age": 1.0}, A.LEAVE, L, "debug"),
-    ("live-committing", {"kind": StateKind.COMMITTING, "heartbeat_age": 1.0}, A.LEAVE, L, "debug"),
-    (
-        "live-unsafe",
-        {"heartbeat_age": 1.0, "unsafe_persistent": True, "unsafe_isolated": True},
-        A.LEAVE,
-        L,
-        "debug",
-    ),
-    ("claim-expired", {"kind": StateKind.CLAIMED}, A.RELEASE, "claim_expired", "info"),
-    (
-        "claim-expired-other-host",
-        {"kind": StateKind.CLAIMED, "recorded_host": OTHER},
-        A.RELEASE,
-        "claim_expired",
-        "info",
-    ),
-    ("committing", {"kind": StateKind.COMMITTING, "recorded_host": OTHER}, A.FINISH, "owner_expired", "info"),
-    ("cancelling", {"kind": StateKind.CANCELLING}, A.FINISH, "owner_expired", "info"),
-    ("published", {"outcome_published": True, "process_alive": True}, A.FINISH, "outcome_published", "info"),
-    (
-        "published-other-host",
-        {"outcome_published": True, "recorded_host": OTHER},
-        A.FINISH,
-        "outcome_published",
-        "info",
-    ),
-    ("gone-persistent", {"process_alive": False}, A.RELAUNCH, "process_gone", "info"),
-    (
-        "gone-isolated",
-        {"process_alive": False, "workdir_mode": "isolated"},
-        A.RELAUNCH,
-        "process_gone",
-        "info",
-    ),
-    ("alive-persistent", {"process_alive": True}, A.ADOPT, "process_alive", "info"),
-    (
-        "alive-isolated",
-        {"process_alive": True, "workdir_mode": "isolated", "heartbeat_age": 1e6},
-        A.ADOPT,
-        "process_alive",
-        "info",
-    ),
-    (
-        "alive-beats-unsafe",
-        {"process_alive": True, "unsafe_persistent": True},
-        A.ADOPT,
-        "process_alive",
-        "info",
-    ),
+FAR = {"recorded_host": OTHER}
+ISO = {"workdir_mode": "isolated", "recorded_host": OTHER}
+CLAIMED, COMMITTING, CANCELLING = StateKind.CLAIMED, StateKind.COMMITTING, StateKind.CANCELLING
+
+# id, observation overrides, "action rule log_level"
+# fmt: off
+ROWS: list[tuple[str, dict[str, Any], str]] = [
+    ("live-running", {"heartbeat_age": 10.0}, "leave lease_live debug"),
+    ("live-exactly-at-lease", {"heartbeat_age": LEASE}, "leave lease_live debug"),
+    ("live-claimed", {"kind": CLAIMED, "heartbeat_age": 1.0}, "leave lease_live debug"),
+    ("live-committing", {"kind": COMMITTING, "heartbeat_age": 1.0}, "leave lease_live debug"),
+    ("live-unsafe", {"heartbeat_age": 1.0, "unsafe_persistent": True, "unsafe_isolated": True},
+     "leave lease_live debug"),
+    ("claim-expired", {"kind": CLAIMED}, "release claim_expired info"),
+    ("claim-expired-other-host", {"kind": CLAIMED, **FAR}, "release claim_expired info"),
+    ("committing", {"kind": COMMITTING, **FAR}, "finish owner_expired info"),
+    ("cancelling", {"kind": CANCELLING}, "finish owner_expired info"),
+    ("published", {"outcome_published": True, "process_alive": True}, "finish outcome_published info"),
+    ("published-other-host", {"outcome_published": True, **FAR}, "finish outcome_published info"),
+    ("gone-persistent", {"process_alive": False}, "relaunch process_gone info"),
+    ("gone-isolated", {"process_alive": False, "workdir_mode": "isolated"}, "relaunch process_gone info"),
+    ("alive-persistent", {"process_alive": True}, "adopt process_alive info"),
+    ("alive-isolated", {"process_alive": True, "workdir_mode": "isolated", "heartbeat_age": 1e6},
+     "adopt process_alive info"),
+    ("alive-beats-unsafe", {"process_alive": True, "unsafe_persistent": True}, "adopt process_alive info"),
     # A liveness answer about another host's pid proves nothing here.
-    (
-        "gone-claim-from-other-host",
-        {"process_alive": False, "recorded_host": OTHER},
-        A.LEAVE,
-        "persistent_other_host",
-        "info",
-    ),
-    (
-        "alive-claim-from-other-host",
-        {"process_alive": True, "recorded_host": OTHER},
-        A.LEAVE,
-        "persistent_other_host",
-        "info",
-    ),
-    (
-        "persistent-other-host",
-        {"recorded_host": OTHER, "heartbeat_age": 1e6},
-        A.LEAVE,
-        "persistent_other_host",
-        "info",
-    ),
-    ("persistent-no-identity", {}, A.LEAVE, "persistent_other_host", "info"),
-    (
-        "persistent-unsafe",
-        {"recorded_host": OTHER, "unsafe_persistent": True},
-        A.RELAUNCH,
-        "unsafe_persistent_takeover",
-        "warning",
-    ),
-    (
-        "persistent-ignores-isolated-flag",
-        {"recorded_host": OTHER, "unsafe_isolated": True},
-        A.LEAVE,
-        "persistent_other_host",
-        "info",
-    ),
-    (
-        "isolated-in-grace",
-        {"workdir_mode": "isolated", "recorded_host": OTHER, "heartbeat_age": 119.9},
-        A.LEAVE,
-        "isolated_grace",
-        "info",
-    ),
-    (
-        "isolated-at-grace",
-        {"workdir_mode": "isolated", "recorded_host": OTHER, "heartbeat_age": 120.0},
-        A.RELAUNCH,
-        "heartbeat_silent",
-        "info",
-    ),
-    (
-        "isolated-custom-grace",
-        {"workdir_mode": "isolated", "recorded_host": OTHER, "heartbeat_age": 90.0, "grace_factor": 1.5},
-        A.RELAUNCH,
-        "heartbeat_silent",
-        "info",
-    ),
-    (
-        "isolated-unsafe",
-        {"workdir_mode": "isolated", "recorded_host": OTHER, "unsafe_isolated": True},
-        A.RELAUNCH,
-        "unsafe_isolated_takeover",
-        "warning",
-    ),
-    (
-        "isolated-ignores-persistent-flag",
-        {"workdir_mode": "isolated", "recorded_host": OTHER, "unsafe_persistent": True},
-        A.LEAVE,
-        "isolated_grace",
-        "info",
-    ),
+    ("gone-from-other-host", {"process_alive": False, **FAR}, "leave persistent_other_host info"),
+    ("alive-from-other-host", {"process_alive": True, **FAR}, "leave persistent_other_host info"),
+    ("persistent-other-host", {"heartbeat_age": 1e6, **FAR}, "leave persistent_other_host info"),
+    ("persistent-no-identity", {}, "leave persistent_other_host info"),
+    ("persistent-unsafe", {"unsafe_persistent": True, **FAR}, "relaunch unsafe_persistent_takeover warning"),
+    ("persistent-ignores-isolated-flag", {"unsafe_isolated": True, **FAR},
+     "leave persistent_other_host info"),
+    ("isolated-in-grace", {"heartbeat_age": 119.9, **ISO}, "leave isolated_grace info"),
+    ("isolated-gone-from-other-host", {"process_alive": False, **ISO}, "leave isolated_grace info"),
+    ("isolated-at-grace", {"heartbeat_age": 120.0, **ISO}, "relaunch heartbeat_silent info"),
+    ("isolated-custom-grace", {"heartbeat_age": 90.0, "grace_factor": 1.5, **ISO},
+     "relaunch heartbeat_silent info"),
+    ("isolated-unsafe", {"unsafe_isolated": True, **ISO}, "relaunch unsafe_isolated_takeover warning"),
+    ("isolated-ignores-persistent-flag", {"unsafe_persistent": True, **ISO}, "leave isolated_grace info"),
 ]
+# fmt: on
 
 
-@pytest.mark.parametrize(
-    ("overrides", "action", "rule", "level"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS]
-)
-def test_row(overrides: dict[str, Any], action: TakeoverAction, rule: str, level: str) -> None:
+@pytest.mark.parametrize(("overrides", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_row(overrides: dict[str, Any], expected: str) -> None:
+    action, rule, level = expected.split()
     obs = _obs(**overrides)
     verdict = decide_takeover(obs)
     assert (verdict.action, verdict.rule, verdict.log_level) == (action, rule, level)
-    assert verdict.takes_over is (action != TakeoverAction.LEAVE)
+    assert verdict.takes_over is (action != "leave")
     evidence = verdict.evidence
     assert evidence["rule"] == rule
     for name in (

@@ -7,13 +7,21 @@ doubles instead (``Container(fs=providers.Object(InMemoryFilesystem()))`` or
 
 from __future__ import annotations
 
+import json
+import logging
+import logging.handlers
+import os
+import sys
+
 from dependency_injector import containers, providers
 
 from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.process import LocalProcessControl
-from .services.workspaces import Ports, WorkspaceService
+from .services.attempts import LaunchSettings
+from .services.manager import Manager, ManagerConfig
+from .services.workspaces import Ports, WorkspaceHandle, WorkspaceService
 
 
 class Container(containers.DeclarativeContainer):
@@ -36,3 +44,64 @@ def default_container() -> Container:
     if _default is None:
         _default = Container()
     return _default
+
+
+def shell_library_path() -> str:
+    """The packaged Bash runner library (``shell/httk-workflow.sh``)."""
+    from importlib.resources import files
+
+    return str(files("httk.workflow").joinpath("shell", "httk-workflow.sh"))
+
+
+def build_manager(container: Container, handle: WorkspaceHandle, config: ManagerConfig) -> Manager:
+    """Wire a manager for ``handle`` with this process's adapters and logging."""
+    process = container.process()
+    ids = container.ids()
+    manager_id = f"m-{ids.new_hex(12)}"
+    launch = LaunchSettings(
+        python=sys.executable,
+        shell_lib=shell_library_path(),
+        base_env=dict(os.environ),
+        runner_search_paths=tuple(os.path.abspath(path) for path in config.runner_search_paths),
+    )
+    manager = Manager(handle, process, launch, config, manager_id=manager_id)
+    configure_logging(config, manager.log_path())
+    return manager
+
+
+def configure_logging(config: ManagerConfig, log_file: str) -> None:
+    """Console: warnings and up (or the chosen level); file: the full record, rotated."""
+    logger = logging.getLogger("httk.workflow")
+    level = getattr(logging, config.log_level.upper(), logging.INFO)
+    logger.setLevel(min(level, logging.INFO) if config.log_level.lower() != "debug" else logging.DEBUG)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    formatter: logging.Formatter = JsonLogFormatter() if config.json_logs else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    console = logging.StreamHandler()
+    console.setLevel(max(level, logging.WARNING) if config.log_level.lower() == "info" else level)
+    console.setFormatter(formatter)
+    logger.addHandler(console)
+    os.makedirs(os.path.dirname(log_file), exist_ok=True)
+    file_handler = logging.handlers.RotatingFileHandler(log_file, maxBytes=16 << 20, backupCount=4)
+    file_handler.setLevel(level)
+    file_handler.setFormatter(formatter)
+    logger.addHandler(file_handler)
+    logger.propagate = False
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line, for ingestion."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(
+            {
+                "time": record.created,
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                "message": record.getMessage(),
+            },
+            sort_keys=True,
+        )

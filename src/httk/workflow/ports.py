@@ -174,6 +174,12 @@ class LaunchedProcess(Protocol):
     def fileno(self) -> int:
         """A descriptor that becomes readable when the process ends (for ``select``)."""
 
+    def abandon(self) -> None:
+        """Close the gate without releasing it: the runner never executes."""
+
+    def close(self) -> None:
+        """Release the descriptors (abandoning an unreleased gate)."""
+
 
 class ProcessControl(Protocol):
     """Start, signal and identify processes on this host."""
@@ -200,6 +206,15 @@ class ProcessControl(Protocol):
 
     def signal_group(self, pgid: int, signum: int) -> bool:
         """Signal a process group; ``False`` when it no longer exists."""
+
+    def group_alive(self, pgid: int) -> bool:
+        """Whether any non-zombie member of the process group still exists."""
+
+    def wait_any(self, processes: Sequence[LaunchedProcess], timeout: float) -> None:
+        """Block until one of ``processes`` exits or ``timeout`` seconds pass."""
+
+    def on_terminate(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(signum)`` when the process is asked to terminate (SIGTERM, SIGINT)."""
 
 
 class BatchSystem(Protocol):

@@ -293,3 +293,111 @@ def tree_digest(path: str | os.PathLike[str]) -> str:
                 lines.append(f"F {rel} {executable} {file_digest(full)}\n")
     lines.sort(key=lambda line: line[2:].split(" ", 1)[0])
     return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
+
+
+class RunLog:
+    """The append-only structured run log of one workdir: ``.httk-runner/runlog.jsonl``.
+
+    Each event is one canonical ``httk-workflow-runlog-event`` v1 line written
+    with a single ``O_APPEND`` write, so concurrent appenders never interleave
+    inside a line and a reader skips at most one torn last line. Spec: 001 "What
+    an attempt reads" (``a.log``); 002 rows ``protocol.RunLog.append``.
+    """
+
+    FORMAT = "httk-workflow-runlog-event"
+    KINDS = ("note", "headline", "files")
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        base: str | os.PathLike[str] | None = None,
+        step: str | None = None,
+        attempt_id: str | None = None,
+        durable: bool = True,
+        now: Any = None,
+    ) -> None:
+        """``base`` resolves relative file names; ``now`` is a callable returning epoch seconds."""
+        self._path = Path(path)
+        self._base = Path(base) if base is not None else self._path.parent.parent
+        self._step = step
+        self._attempt_id = attempt_id
+        self._durable = durable
+        if now is None:
+            # The one wall clock of the package lives in the clock adapter.
+            from .adapters.clock import SystemClock
+
+            now = SystemClock().now
+        self._now = now
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def append(
+        self,
+        label: str,
+        message: str,
+        *,
+        kind: str = "note",
+        files: list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...] = (),
+    ) -> dict[str, Any]:
+        """Append one event and return it; ``files`` attaches each file's path, size and sha256."""
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"run log label must be a non-empty string, got {label!r}")
+        if not isinstance(message, str):
+            raise TypeError(f"run log message must be a string, got {type(message).__name__}")
+        if kind not in self.KINDS:
+            raise ValueError(f"invalid run log kind {kind!r}: use one of {', '.join(self.KINDS)}")
+        if isinstance(files, str | os.PathLike):
+            files = (files,)
+        attached = [self._attachment(item) for item in files]
+        if kind == "files" and not attached:
+            raise ValueError("a run log event of kind 'files' needs at least one file")
+        event = {
+            "format": self.FORMAT,
+            "format_version": 1,
+            "kind": kind,
+            "label": label,
+            "message": message,
+            "files": attached,
+            "time": float(self._now()),
+            "step": self._step,
+            "attempt_id": self._attempt_id,
+        }
+        line = codec.encode(event)
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self._durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return event
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every complete event, oldest first; a torn last line (no newline) is skipped."""
+        try:
+            data = self._path.read_bytes()
+        except FileNotFoundError:
+            return []
+        events: list[dict[str, Any]] = []
+        for number, raw in enumerate(data.split(b"\n")[:-1], start=1):
+            if raw.strip():
+                events.append(codec.decode_object(raw, f"{self._path}:{number}"))
+        return events
+
+    def _attachment(self, item: str | os.PathLike[str]) -> dict[str, Any]:
+        path = Path(item)
+        if not path.is_absolute():
+            path = self._base / path
+        if not path.is_file():
+            raise FileNotFoundError(f"run log attachment {os.fspath(item)!r} is not a file ({path})")
+        try:
+            name = path.relative_to(self._base).as_posix()
+        except ValueError:
+            name = path.as_posix()
+        return {"path": name, "size": path.stat().st_size, "sha256": file_digest(path)}

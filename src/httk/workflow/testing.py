@@ -3,8 +3,9 @@
 They implement the ports in memory and pass the same contract suite as the real
 adapters. The invariant they protect is honesty about POSIX: renames are atomic and
 fenced, a name or a byte survives :meth:`InMemoryFilesystem.crash` only if it was
-fsynced (file content at the file's fsync, names at their directory's fsync), and a
-lagging reader does not see a name before its lag has elapsed. They import only the
+fsynced (file content at the file's fsync, names at their directory's fsync, both
+halves of a cross-directory rename at the fsync of either directory), and a lagging
+reader does not see a name before its lag has elapsed. They import only the
 stdlib and :mod:`httk.workflow.ports`, never an adapter.
 """
 
@@ -17,12 +18,11 @@ import itertools
 import posixpath
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from httk.workflow.ports import Clock, Entry, FileStat
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
 
 _DIR, _FILE, _LINK = "dir", "file", "symlink"
 _Resolved = tuple["_Inode | None", str, "_Inode | None"]  # (parent directory, final name, inode)
@@ -113,6 +113,9 @@ class _State:
         self.crash_at: int | None = None
         self.dead = False
         self.epoch = 0
+        # Cross-directory renames whose two halves are not durable yet:
+        # (source dir, source name, destination dir, destination name, inode number).
+        self.pending_renames: list[tuple[_Inode, str, _Inode, str, int]] = []
 
     def new_inode(self, kind: str, *, uid: int, mode: int, target: str = "") -> _Inode:
         inode = _Inode(next(self.numbers), kind, uid, self.clock.now(), mode, target)
@@ -130,13 +133,24 @@ class _State:
         self.operation_count += 1
 
 
-def _locked(method: F) -> F:
-    @functools.wraps(method)
-    def wrapper(self: InMemoryFilesystem, *args: Any, **kwargs: Any) -> Any:
-        with self._state.lock:
-            return method(self, *args, **kwargs)
+_UNLOCKED = frozenset({"reader", "exists", "sleep", "retry_until"})
 
-    return cast(F, wrapper)
+
+def _serialized(cls: type[T]) -> type[T]:
+    """Run every public method of ``cls`` under the shared lock: tests may race threads on one tree."""
+
+    def locked(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(self: InMemoryFilesystem, *args: Any, **kwargs: Any) -> Any:
+            with self._state.lock:
+                return method(self, *args, **kwargs)
+
+        return wrapper
+
+    for name, member in list(vars(cls).items()):
+        if callable(member) and not name.startswith("_") and name not in _UNLOCKED:
+            setattr(cls, name, locked(member))
+    return cls
 
 
 class _MemoryAppender:
@@ -182,14 +196,17 @@ class _MemoryAppender:
         self._closed = True
 
 
+@_serialized
 class InMemoryFilesystem:
     """:class:`~httk.workflow.ports.Filesystem` in memory, with crash, crash arming and reader lag.
 
     Every mutating primitive (create, write, rename, append, remove, mkdir, fsync)
     counts in :attr:`operation_count`; :meth:`arm_crash` makes a later one raise
-    :class:`SimulatedCrash` before it takes effect, after which every primitive raises
+    :class:`SimulatedCrash` before it takes effect, after which every mutating primitive raises
     until :meth:`crash` restores the durable image. ``makedirs`` is not durable: sync
     set-up trees with ``sync_tree`` (or use durable operations) before testing crashes.
+    Paths are absolute and normalized with ``posixpath.normpath``; symlinks are
+    followed in intermediate components, and in the final one where POSIX would.
     """
 
     def __init__(self, clock: Clock | None = None, *, uid: int = 1000) -> None:
@@ -226,14 +243,12 @@ class InMemoryFilesystem:
         """Whether an armed crash has fired and :meth:`crash` has not been called yet."""
         return self._state.dead
 
-    @_locked
     def arm_crash(self, after: int) -> None:
         """Make the primitive after ``after`` more primitives raise :class:`SimulatedCrash`."""
         if after < 0:
             raise ValueError("after must be >= 0")
         self._state.crash_at = self._state.operation_count + after
 
-    @_locked
     def crash(self) -> None:
         """Power loss: the live tree becomes the durable image; armed crashes and open appenders end."""
         state = self._state
@@ -253,32 +268,20 @@ class InMemoryFilesystem:
             reachable.add(number)
             stack.extend(state.inodes[number].entries.values())
         state.inodes = {number: state.inodes[number] for number in reachable}
-        state.dead, state.crash_at = False, None
+        state.dead, state.crash_at, state.pending_renames = False, None, []
         state.epoch += 1
 
-    @_locked
     def symlink(self, target: str, path: str) -> None:
         """Create a symlink at ``path`` pointing at ``target`` (a create primitive)."""
-        parent, name, node = self._resolve(path, follow=False)
-        if node is not None or parent is None:
-            raise _error(errno.EEXIST, path)
-        self._state.operation("create")
-        self._link(parent, name, self._state.new_inode(_LINK, uid=self.uid, mode=0o777, target=target))
+        self._new_entry(path, _LINK, "create", 0o777, target)
 
-    @_locked
     def chown(self, path: str, uid: int) -> None:
         """Set the owner of ``path`` (metadata only; not a counted primitive)."""
         self._existing(path, follow=False).uid = uid
 
-    @_locked
     def chmod(self, path: str, mode: int) -> None:
         """Set the permission bits of ``path`` (not a counted primitive)."""
         self._existing(path, follow=True).mode = mode
-
-    @_locked
-    def file_mode(self, path: str) -> int:
-        """The permission bits of ``path``."""
-        return self._existing(path, follow=True).mode
 
     # -- resolution ------------------------------------------------------------------------
 
@@ -324,9 +327,10 @@ class InMemoryFilesystem:
             raise _error(errno.ENOENT, path)
         return node
 
-    def _visible(self, path: str, *, follow: bool) -> _Inode | None:
+    def _visible(self, path: str, *, follow: bool = False, lag: float | None = None) -> _Inode | None:
+        """The inode at ``path`` as this view sees it (or the true tree with ``lag=0``), else ``None``."""
         try:
-            return self._resolve(path, follow=follow, lag=self._lag)[2]
+            return self._resolve(path, follow=follow, lag=self._lag if lag is None else lag)[2]
         except (FileNotFoundError, NotADirectoryError):
             return None
 
@@ -342,14 +346,18 @@ class InMemoryFilesystem:
         directory.born.pop(name, None)
         directory.mtime = self.clock.now()
 
-    def _create_file(self, path: str) -> _Inode:
+    def _new_entry(self, path: str, kind: str, operation: str, mode: int, target: str = "") -> _Inode:
+        """Create and link a new inode at ``path`` (``FileExistsError`` if the name is taken)."""
         parent, name, node = self._resolve(path, follow=False)
         if node is not None or parent is None:
             raise _error(errno.EEXIST, path)
-        self._state.operation("create")
-        inode = self._state.new_inode(_FILE, uid=self.uid, mode=0o644)
+        self._state.operation(operation)
+        inode = self._state.new_inode(kind, uid=self.uid, mode=mode, target=target)
         self._link(parent, name, inode)
         return inode
+
+    def _create_file(self, path: str) -> _Inode:
+        return self._new_entry(path, _FILE, "create", 0o644)
 
     def _write(self, inode: _Inode, data: bytes) -> None:
         self._state.operation("write")
@@ -359,21 +367,28 @@ class InMemoryFilesystem:
         inode.mtime = self.clock.now()
 
     def _mkdir(self, path: str) -> _Inode:
-        parent, name, node = self._resolve(path, follow=False)
-        if node is not None or parent is None:
-            raise _error(errno.EEXIST, path)
-        self._state.operation("mkdir")
-        inode = self._state.new_inode(_DIR, uid=self.uid, mode=0o755)
-        self._link(parent, name, inode)
-        return inode
+        return self._new_entry(path, _DIR, "mkdir", 0o755)
 
     def _fsync_file(self, inode: _Inode) -> None:
         self._state.operation("fsync")
         inode.durable, inode.durable_length = None, len(inode.data)
 
     def _fsync_dir_inode(self, directory: _Inode) -> None:
-        self._state.operation("fsync")
+        state = self._state
+        state.operation("fsync")
         directory.durable_entries = dict(directory.entries)
+        # A rename is one metadata transaction (ext4, xfs, NFS servers): syncing either
+        # directory makes both halves durable, so a fenced move never loses its name.
+        pending = []
+        for source_dir, source_name, destination_dir, destination_name, number in state.pending_renames:
+            if source_dir is directory:
+                destination_dir.durable_entries[destination_name] = number
+            elif destination_dir is directory:
+                if source_dir.durable_entries.get(source_name) == number:
+                    del source_dir.durable_entries[source_name]
+            else:
+                pending.append((source_dir, source_name, destination_dir, destination_name, number))
+        state.pending_renames = pending
 
     def _directory(self, path: str) -> _Inode:
         node = self._existing(path, follow=True)
@@ -431,10 +446,13 @@ class InMemoryFilesystem:
         self._state.operation("rename")
         self._unlink(source_parent, source_name)
         self._link(destination_parent, destination_name, node)
+        if source_parent is not destination_parent:
+            self._state.pending_renames.append(
+                (source_parent, source_name, destination_parent, destination_name, node.number)
+            )
 
     # -- the Filesystem port ---------------------------------------------------------------
 
-    @_locked
     def read_bytes(self, path: str) -> bytes:
         """The whole content of ``path``."""
         node = self._existing(path, follow=True, lag=self._lag)
@@ -442,7 +460,6 @@ class InMemoryFilesystem:
             raise _error(errno.EISDIR, path)
         return bytes(node.data)
 
-    @_locked
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes at ``offset``; shorter at end of file."""
         if offset < 0 or length < 0:
@@ -452,15 +469,13 @@ class InMemoryFilesystem:
             raise _error(errno.EISDIR, path)
         return bytes(node.data[offset : offset + length])
 
-    @_locked
     def write_atomic(self, path: str, data: bytes, *, durable: bool) -> None:
         """Publish ``data`` at ``path`` all-or-nothing: temp, (fsync), rename, (fsync dir)."""
         self._publish(path, data, durable=durable, replace=True)
 
-    @_locked
     def write_new(self, path: str, data: bytes, *, durable: bool) -> None:
         """Like :meth:`write_atomic` but ``FileExistsError`` if ``path`` exists."""
-        if self._resolve(path, follow=False)[2] is not None:
+        if self._visible(path, lag=0) is not None:
             raise _error(errno.EEXIST, path)
         self._publish(path, data, durable=durable, replace=False)
 
@@ -482,7 +497,6 @@ class InMemoryFilesystem:
         if durable:
             self._fsync_dir_inode(self._directory(directory))
 
-    @_locked
     def create_empty(self, path: str, *, durable: bool) -> None:
         """Create a zero-length file; ``FileExistsError`` if it exists."""
         directory = posixpath.dirname(_norm(path))
@@ -491,7 +505,6 @@ class InMemoryFilesystem:
         if durable:
             self._fsync_dir_inode(self._directory(directory))
 
-    @_locked
     def rename(self, source: str, destination: str, *, durable: bool) -> None:
         """Rename that never overwrites; creates the destination's parents."""
         source_parent, _, node = self._resolve(source, follow=False)
@@ -501,12 +514,12 @@ class InMemoryFilesystem:
         self._ensure_dir(destination_dir, durable=durable)
         self._rename_raw(source, destination, replace=False)
         if durable:
-            self._fsync_dir_inode(source_parent)
+            # Destination first, as the POSIX adapter does (see its rename).
             destination_parent = self._directory(destination_dir)
+            self._fsync_dir_inode(destination_parent)
             if destination_parent is not source_parent:
-                self._fsync_dir_inode(destination_parent)
+                self._fsync_dir_inode(source_parent)
 
-    @_locked
     def open_appender(self, path: str, *, create: bool = True) -> _MemoryAppender:
         """Open ``path`` for appending (creating it and its parents when ``create``)."""
         try:
@@ -526,7 +539,6 @@ class InMemoryFilesystem:
         node = self._create_file(path)
         return _MemoryAppender(self, node, [*created_in, self._directory(directory)])
 
-    @_locked
     def scandir(self, path: str) -> Iterator[Entry]:
         """The entries of ``path`` (snapshot at call time); a missing directory yields nothing."""
         node = self._visible(path, follow=True)
@@ -537,29 +549,45 @@ class InMemoryFilesystem:
         for name in list(node.entries):
             child = self._child(node, name, self._lag)
             if child is not None:
-                is_dir, is_file = child.kind == _DIR, child.kind == _FILE
-                entries.append(Entry(name, posixpath.join(base, name), is_dir, is_file, child.kind == _LINK))
+                path_of = posixpath.join(base, name)
+                kind = child.kind
+                entries.append(
+                    Entry(name, path_of, is_dir=kind == _DIR, is_file=kind == _FILE, is_symlink=kind == _LINK)
+                )
         return iter(entries)
 
-    @_locked
     def lstat(self, path: str) -> FileStat | None:
         """Facts about ``path`` without following a final symlink; ``None`` if absent."""
         node = self._visible(path, follow=False)
         if node is None:
             return None
         size = len(node.data) if node.kind == _FILE else len(node.target) if node.kind == _LINK else 0
-        return FileStat(size, node.uid, node.mtime, node.kind == _DIR, node.kind == _FILE, node.kind == _LINK)
+        kind = node.kind
+        return FileStat(
+            size=size,
+            uid=node.uid,
+            mtime=node.mtime,
+            is_dir=kind == _DIR,
+            is_file=kind == _FILE,
+            is_symlink=kind == _LINK,
+            mode=node.mode,
+        )
 
     def exists(self, path: str) -> bool:
         """Whether a name exists at ``path`` (a dangling symlink counts)."""
         return self.lstat(path) is not None
 
-    @_locked
+    def readlink(self, path: str) -> str:
+        """The target a symlink points at; ``OSError`` (EINVAL) if ``path`` is not a symlink."""
+        node = self._existing(path, follow=False, lag=self._lag)
+        if node.kind != _LINK:
+            raise _error(errno.EINVAL, path)
+        return node.target
+
     def makedirs(self, path: str) -> None:
         """Create ``path`` and its parents (not durably); an existing directory is fine."""
         self._ensure_dir(path, durable=False)
 
-    @_locked
     def remove(self, path: str) -> None:
         """Remove one file or symlink; ``FileNotFoundError`` if absent."""
         parent, name, node = self._resolve(path, follow=False)
@@ -570,7 +598,6 @@ class InMemoryFilesystem:
         self._state.operation("remove")
         self._unlink(parent, name)
 
-    @_locked
     def rmdir(self, path: str) -> None:
         """Remove one empty directory."""
         parent, name, node = self._resolve(path, follow=False)
@@ -585,13 +612,9 @@ class InMemoryFilesystem:
         self._state.operation("remove")
         self._unlink(parent, name)
 
-    @_locked
     def rmtree(self, path: str) -> None:
         """Remove a file, symlink or tree, one primitive per entry; a missing one is fine."""
-        try:
-            node = self._resolve(path, follow=False)[2]
-        except (FileNotFoundError, NotADirectoryError):
-            return
+        node = self._visible(path, lag=0)
         if node is None:
             return
         if node.kind != _DIR:
@@ -601,11 +624,10 @@ class InMemoryFilesystem:
             self.rmtree(posixpath.join(_norm(path), name))
         self.rmdir(path)
 
-    @_locked
     def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
         """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once."""
         destination = _norm(destination)
-        if self._resolve(destination, follow=False)[2] is not None:
+        if self._visible(destination, lag=0) is not None:
             raise _error(errno.EEXIST, destination)
         node = self._existing(source, follow=False)
         directory, name = posixpath.split(destination)
@@ -636,7 +658,6 @@ class InMemoryFilesystem:
                 self._copy(self._state.inodes[number], posixpath.join(path, name))
         copy.mode, copy.mtime = node.mode, node.mtime  # as shutil.copy2 / copytree keep them
 
-    @_locked
     def sync_tree(self, path: str) -> None:
         """fsync every file and directory below ``path`` (and ``path`` itself), children first."""
         self._sync_inode(self._existing(path, follow=False))
@@ -649,7 +670,6 @@ class InMemoryFilesystem:
                 self._sync_inode(self._state.inodes[number])
             self._fsync_dir_inode(node)
 
-    @_locked
     def fsync_dir(self, path: str) -> None:
         """Make the directory's current set of names durable."""
         self._fsync_dir_inode(self._directory(path))

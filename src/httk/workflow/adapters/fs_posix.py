@@ -84,20 +84,21 @@ class _PosixAppender:
         """Bytes in the file: its size at open plus everything appended since."""
         return self._size
 
-    def append(self, data: bytes) -> int:
-        """Append ``data`` and return the offset it starts at."""
+    def _open_fd(self) -> int:
         if self._fd is None:
             raise ValueError(f"appender for {self._path} is closed")
+        return self._fd
+
+    def append(self, data: bytes) -> int:
+        """Append ``data`` and return the offset it starts at."""
         offset = self._size
-        _write_all(self._fd, data)
+        _write_all(self._open_fd(), data)
         self._size += len(data)
         return offset
 
     def sync(self) -> None:
-        """fsync the file, and its directory the first time after creating it."""
-        if self._fd is None:
-            raise ValueError(f"appender for {self._path} is closed")
-        os.fsync(self._fd)
+        """fsync the file, and the directories naming it the first time after creating it."""
+        os.fsync(self._open_fd())
         while self._pending_dirs:
             _fsync_dir(self._pending_dirs[0])
             self._pending_dirs.pop(0)
@@ -128,8 +129,6 @@ class PosixFilesystem:
     def __init__(self, *, use_renameat2: bool = True) -> None:
         """``use_renameat2=False`` forces the link/unlink fallback (for tests and odd filesystems)."""
         self._renameat2 = _RENAMEAT2 if use_renameat2 else None
-
-    # -- reading ---------------------------------------------------------------------------
 
     def read_bytes(self, path: str) -> bytes:
         """The whole content of ``path``."""
@@ -188,13 +187,16 @@ class PosixFilesystem:
             is_dir=stat.S_ISDIR(result.st_mode),
             is_file=stat.S_ISREG(result.st_mode),
             is_symlink=stat.S_ISLNK(result.st_mode),
+            mode=stat.S_IMODE(result.st_mode),
         )
 
     def exists(self, path: str) -> bool:
         """Whether a name exists at ``path`` (a dangling symlink counts)."""
         return os.path.lexists(path)
 
-    # -- publishing ------------------------------------------------------------------------
+    def readlink(self, path: str) -> str:
+        """The target a symlink points at; ``OSError`` (EINVAL) if ``path`` is not a symlink."""
+        return os.readlink(path)
 
     def write_atomic(self, path: str, data: bytes, *, durable: bool) -> None:
         """Publish ``data`` at ``path`` all-or-nothing, replacing any previous file."""
@@ -249,10 +251,12 @@ class PosixFilesystem:
             self._ensure_dir(os.path.dirname(destination), durable=durable)
             self._rename_noreplace(source, destination)
         if durable:
+            # Destination first: where a filesystem makes the two directories durable
+            # separately, a crash in between leaves the name in both places, never in none.
             source_dir, destination_dir = os.path.dirname(source), os.path.dirname(destination)
-            _fsync_dir(source_dir)
+            _fsync_dir(destination_dir)
             if destination_dir != source_dir:
-                _fsync_dir(destination_dir)
+                _fsync_dir(source_dir)
 
     def _rename_noreplace(self, source: str, destination: str) -> None:
         if self._renameat2 is not None:
@@ -308,8 +312,6 @@ class PosixFilesystem:
             # Someone created it between our two opens; it is theirs to make durable.
             return _PosixAppender(path, os.open(path, flags), pending_dirs=[])
         return _PosixAppender(path, fd, pending_dirs=[os.path.dirname(d) for d in created] + [directory])
-
-    # -- directories and trees -------------------------------------------------------------
 
     def makedirs(self, path: str) -> None:
         """Create ``path`` and its parents; an existing directory is fine."""
@@ -418,8 +420,6 @@ class PosixFilesystem:
     def fsync_dir(self, path: str) -> None:
         """fsync the directory ``path`` so its entries (creations, renames) are durable."""
         _fsync_dir(path)
-
-    # -- waiting ---------------------------------------------------------------------------
 
     def sleep(self, seconds: float) -> None:
         """Block for ``seconds``."""

@@ -20,8 +20,9 @@ import os
 import select
 import signal
 import socket
+import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from httk.workflow.ports import ProcessIdentity
 
@@ -300,6 +301,13 @@ class LocalProcessControl:
         except ChildProcessError:
             pass
 
+    def wait_any(self, processes: Sequence[GatedProcess], timeout: float) -> None:
+        """Block until one of ``processes`` exits or ``timeout`` passes."""
+        wait_any(processes, timeout)
+
+    def on_terminate(self, callback: Callable[[int], None]) -> None:
+        install_termination_handler(callback)
+
     def signal_group(self, pgid: int, signum: int) -> bool:
         """``killpg``; ``False`` when the group no longer exists."""
         self._check_group(pgid)
@@ -337,3 +345,31 @@ class LocalProcessControl:
         # killpg(0) or our own group would signal the manager itself.
         if pgid <= 1 or pgid == os.getpgrp():
             raise ValueError(f"refusing to signal process group {pgid}")
+
+
+def wait_any(processes: Sequence[GatedProcess], timeout: float) -> None:
+    """Block until one of ``processes`` exits or ``timeout`` seconds pass (poll on pidfds)."""
+    poller = select.poll()
+    pollable = 0
+    for process in processes:
+        try:
+            poller.register(process.fileno(), select.POLLIN)
+            pollable += 1
+        except OSError:
+            continue
+    if pollable < len(processes):
+        # Without pidfds we cannot block on exits: bound the wait so exits are seen quickly.
+        timeout = min(timeout, 0.05)
+    if pollable == 0:
+        time.sleep(max(timeout, 0.0))
+        return
+    poller.poll(max(timeout, 0.0) * 1000.0)
+
+
+def install_termination_handler(callback: Callable[[int], None]) -> None:
+    """Call ``callback(signum)`` on SIGTERM and SIGINT (the batch system's walltime signal)."""
+    def handler(signum: int, _frame: object) -> None:
+        callback(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -1,0 +1,64 @@
+"""httk-workflow: a filesystem-native workflow task manager for high-throughput computational science.
+
+The root exports only the runner-authoring names of the spec (001 "Native
+runner helpers"). Every name and submodule is resolved lazily on first use, so a
+runner that imports :class:`Runner` pays for the SDK alone, and the manager,
+the CLI and the ``Workspace`` facade are imported only by code that asks for them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .domain.model import Failure
+    from .protocol import JobSpec, prepare_job_payload
+    from .runtime import ChildResult, ChildSpec, RunnerRef
+    from .sdk import Attempt, Runner
+    from .workspace import Workspace
+
+__all__ = [
+    "Attempt",
+    "ChildResult",
+    "ChildSpec",
+    "Failure",
+    "JobSpec",
+    "Runner",
+    "RunnerRef",
+    "Workspace",
+    "prepare_job_payload",
+    "protocol",
+    "runtime",
+    "runtime_utils",
+    "supervision",
+]
+
+#: Root name -> the submodule that defines it.
+_NAMES = {
+    "Runner": "sdk",
+    "Attempt": "sdk",
+    "ChildSpec": "runtime",
+    "RunnerRef": "runtime",
+    "ChildResult": "runtime",
+    "JobSpec": "protocol",
+    "prepare_job_payload": "protocol",
+    "Failure": "domain.model",
+    "Workspace": "workspace",
+}
+_SUBMODULES = frozenset({"protocol", "runtime", "runtime_utils", "supervision"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # resolve once; later lookups do not reach __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

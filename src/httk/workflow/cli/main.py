@@ -1,0 +1,71 @@
+"""The console scripts: ``httk`` (group ``workflow``) and ``httk-taskmanager``.
+
+``httk-taskmanager`` is an alias tree: its ``init``, ``submit``, ``run``,
+``status`` (and ``request``, once ``job request`` exists) are the very command
+objects of the canonical spelling, so the two cannot disagree. Spec: 000 (every
+command is spelled ``httk workflow ...``; the alias maps onto the same tree).
+"""
+
+from __future__ import annotations
+
+import click
+
+from .context import ensure_app
+from .job_cmds import job
+from .manager_cmds import manager, run
+from .render import Group
+from .runner_cmds import runner
+from .workspace_cmds import workspace
+
+
+@click.group("httk", cls=Group)
+@click.version_option(package_name="httk-workflow")
+@click.pass_context
+def httk(ctx: click.Context) -> None:
+    """httk command line."""
+    ensure_app(ctx)
+
+
+@httk.group("workflow", cls=Group)
+def workflow() -> None:
+    """Filesystem-native workflow task manager: workspaces, jobs, runners, managers."""
+
+
+for _command in (workspace, job, runner, manager):
+    workflow.add_command(_command)
+workflow.add_command(run, "run")
+
+
+@click.group("httk-taskmanager", cls=Group)
+@click.version_option(package_name="httk-workflow")
+@click.pass_context
+def taskmanager(ctx: click.Context) -> None:
+    """Task manager shortcuts: aliases of 'httk workflow' commands."""
+    ensure_app(ctx)
+
+
+ALIASES = {
+    "init": ("workspace", "init"),
+    "submit": ("job", "submit"),
+    "run": ("run",),
+    "status": ("workspace", "status"),
+    "request": ("job", "request"),
+}
+
+
+def _lookup(path: tuple[str, ...]) -> click.Command | None:
+    command: click.Command | None = workflow
+    for name in path:
+        if not isinstance(command, click.Group):
+            return None
+        command = command.commands.get(name)
+    return command
+
+
+# ``request`` is mapped only if ``job request`` is registered by the time this module loads.
+for _alias, _path in ALIASES.items():
+    _target = _lookup(_path)
+    if _target is not None:
+        taskmanager.add_command(_target, _alias)
+
+del _command, _alias, _path, _target

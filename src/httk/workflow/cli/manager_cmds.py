@@ -1,0 +1,152 @@
+"""``httk workflow manager run`` and its short form ``httk workflow run``: start a task manager.
+
+One command object serves both spellings (and ``httk-taskmanager run``), so
+their options can never drift apart. The command only builds a
+``ManagerConfig`` from its options and returns the manager's own exit status;
+the composition root builds the manager. Spec: 000 "Run", "Scheduling".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from .context import AppContext, pass_app
+from .render import EXIT_CODES_RUN, Group
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OPTIONS: tuple[Callable[[Any], Any], ...] = (
+    click.option(
+        "--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Concurrent attempts."
+    ),
+    click.option(
+        "--pool",
+        "pools",
+        multiple=True,
+        metavar="POOL",
+        help="Claim pool to serve (repeatable; default: default).",
+    ),
+    click.option("--capability", "capabilities", multiple=True, help="Capability to advertise (repeatable)."),
+    click.option(
+        "--placement-prefix",
+        "placement_prefixes",
+        multiple=True,
+        help="Scan only this placement subtree (repeatable; default: the whole workspace).",
+    ),
+    click.option(
+        "--lease-seconds",
+        type=click.FloatRange(min=0, min_open=True),
+        help="Claim lease (default: the policy's).",
+    ),
+    click.option(
+        "--takeover-grace-factor",
+        type=click.FloatRange(min=0),
+        default=2.0,
+        show_default=True,
+        help="Leases of heartbeat silence after which an isolated attempt may be taken over.",
+    ),
+    click.option(
+        "--unsafe-persistent-takeover",
+        is_flag=True,
+        help="Take over persistent-workdir attempts without proof that the process is gone.",
+    ),
+    click.option(
+        "--unsafe-isolated-takeover",
+        is_flag=True,
+        help="Take over isolated-workdir attempts on lease expiry alone.",
+    ),
+    click.option(
+        "--join-grace-seconds",
+        type=click.FloatRange(min=0),
+        default=3600.0,
+        show_default=True,
+        help="How long a waiting job tolerates unresolvable children before failing.",
+    ),
+    click.option(
+        "--idle/--until-idle",
+        default=False,
+        help="Keep serving when idle, or exit once nothing this manager can progress remains (default).",
+    ),
+    click.option(
+        "--idle-timeout", type=click.FloatRange(min=0), help="Exit after this many seconds without progress."
+    ),
+    click.option(
+        "--runner-search-path",
+        "runner_search_paths",
+        multiple=True,
+        help="Root of installed runners (repeatable, searched in order).",
+    ),
+    click.option(
+        "--drain-timeout",
+        type=click.FloatRange(min=0),
+        default=60.0,
+        show_default=True,
+        help="Seconds to keep committing outcomes after the first SIGTERM/SIGINT.",
+    ),
+    click.option(
+        "--log-level",
+        type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+        default="info",
+        show_default=True,
+        help="Level of the manager log file; the console also shows warnings and errors.",
+    ),
+    click.option("--log-file", help="Write the manager log here instead of .httk-workflow/managers/ID/log."),
+    click.option("--json-logs", is_flag=True, help="One JSON object per log line."),
+    click.option(
+        "--gc-interval",
+        type=click.FloatRange(min=0, min_open=True),
+        help="Collect garbage per policy.retention at most once per this many seconds (default: never).",
+    ),
+)
+
+
+def manager_options(function: F) -> F:
+    """Apply every manager option, in the order they are listed in ``--help``."""
+    for option in reversed(_OPTIONS):
+        function = option(function)
+    return function
+
+
+@click.command("run", epilog=EXIT_CODES_RUN)
+@click.argument("workspace", required=False, metavar="[WORKSPACE]")
+@manager_options
+@pass_app
+def run(app: AppContext, workspace: str | None, **options: Any) -> None:
+    """Run a task manager on a workspace until it is idle (or, with --idle, until signalled)."""
+    # Imported here: the manager pulls in the whole runtime, which inspection commands do not need.
+    from ..bootstrap import build_manager
+    from ..services.manager import ManagerConfig
+
+    handle = app.open_workspace(workspace)
+    config = ManagerConfig(
+        workers=options["workers"],
+        pools=tuple(options["pools"]) or ("default",),
+        capabilities=tuple(options["capabilities"]),
+        placement_prefixes=tuple(options["placement_prefixes"]),
+        lease_seconds=options["lease_seconds"],
+        takeover_grace_factor=options["takeover_grace_factor"],
+        unsafe_persistent_takeover=options["unsafe_persistent_takeover"],
+        unsafe_isolated_takeover=options["unsafe_isolated_takeover"],
+        join_grace_seconds=options["join_grace_seconds"],
+        idle=options["idle"],
+        idle_timeout=options["idle_timeout"],
+        runner_search_paths=tuple(app.absolute(path) for path in options["runner_search_paths"]),
+        drain_timeout=options["drain_timeout"],
+        log_level=options["log_level"].lower(),
+        log_file=app.absolute(options["log_file"]) if options["log_file"] else None,
+        json_logs=options["json_logs"],
+        gc_interval=options["gc_interval"],
+    )
+    manager = build_manager(app.container, handle, config)
+    click.get_current_context().exit(manager.run())
+
+
+@click.group("manager", cls=Group)
+def manager() -> None:
+    """Run task managers."""
+
+
+manager.add_command(run)

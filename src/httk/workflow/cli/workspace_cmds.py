@@ -1,0 +1,179 @@
+"""``httk workflow workspace``: init, status, policy and application settings.
+
+Commands parse, call a service, render. Policy values are JSON and validated on
+write (an unknown key is refused); a setting's value is JSON when it parses and
+the plain string otherwise, so ``'"srun -n 32"'`` and ``"srun -n 32"`` store the
+same thing. Spec: 000 "Initialize a workspace", "Workspace policy", "Application
+settings", "Inspect and control".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from ..services import inspection
+from ..services.layout import Layout
+from .context import AppContext, pass_app
+from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table, flatten, refuse, value_text
+
+WORKSPACE_ARG = click.argument("workspace", required=False, metavar="[WORKSPACE]")
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+
+
+@click.group("workspace", cls=Group)
+def workspace() -> None:
+    """Create, inspect and configure workspaces."""
+
+
+@workspace.command("init", epilog=EXIT_CODES)
+@click.argument("path")
+@click.option("--name", help="The workspace's name (default: the directory's basename).")
+@click.option(
+    "--durable/--no-durable",
+    default=True,
+    help="Synchronize protocol publications to storage (default). --no-durable is for throwaway workspaces.",
+)
+@JSON_OPTION
+@pass_app
+def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: bool) -> None:
+    """Create a workspace at PATH, or adopt the existing one there unchanged."""
+    target = app.absolute(path)
+    # Only for the wording: init itself adopts an existing workspace unchanged.
+    existed = app.container.fs().exists(Layout.at(target).format_file)
+    handle = app.workspaces.init(target, name=name, durable=durable)
+    report = {
+        "name": handle.name,
+        "path": handle.root,
+        "workspace_id": handle.workspace_id,
+        "durable": handle.durable,
+    }
+    if as_json:
+        emit_json(report)
+        return
+    if existed and name is not None and name != handle.name:
+        click.echo(f"note: the existing workspace keeps its name {handle.name!r}", err=True)
+    verb = "adopted" if existed else "initialized"
+    durability = "" if handle.durable else " (not durable)"
+    click.echo(f"{verb} workspace {handle.name!r} at {handle.root}{durability}")
+
+
+@workspace.command("status", epilog=EXIT_CODES)
+@WORKSPACE_ARG
+@JSON_OPTION
+@pass_app
+def status(app: AppContext, workspace: str | None, as_json: bool) -> None:
+    """Count the jobs of a workspace per state kind."""
+    handle = app.open_workspace(workspace)
+    report = inspection.status(handle)
+    if as_json:
+        emit_json(report)
+        return
+    durability = "durable" if report["durable"] else "not durable"
+    click.echo(f"workspace {report['name']} at {report['path']} ({durability}, id {report['workspace_id']})")
+    emit_table(["kind", "jobs"], [[kind, count] for kind, count in report["counts"].items()])
+    click.echo(f"total  {report['total']}")
+    for damage in report["damage"]:
+        click.echo(f"damage {damage['code']}: {damage['path']}: {damage['message']}")
+
+
+# -- policy ------------------------------------------------------------------------------------
+@workspace.group("policy", cls=Group)
+def policy() -> None:
+    """Show or change the workspace's engine policy (format.json)."""
+
+
+@policy.command("show", epilog=EXIT_CODES)
+@WORKSPACE_ARG
+@JSON_OPTION
+@pass_app
+def policy_show(app: AppContext, workspace: str | None, as_json: bool) -> None:
+    """Show the four policy tunables."""
+    handle = app.open_workspace(workspace)
+    if as_json:
+        emit_json(handle.policy)
+        return
+    emit_pairs(flatten(handle.policy))
+
+
+def parse_policy_value(key: str, text: str) -> Any:
+    """A policy value is JSON; a bare word is refused with the quoting that would make it one."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        refuse(f"policy {key}: value {text!r} is not JSON; quote it as JSON, e.g. '\"{text}\"' for a string")
+
+
+@policy.command("set", epilog=EXIT_CODES)
+@click.argument("workspace")
+@click.argument("key")
+@click.argument("value")
+@JSON_OPTION
+@pass_app
+def policy_set(app: AppContext, workspace: str, key: str, value: str, as_json: bool) -> None:
+    """Set policy KEY (dotted for retention.*) to the JSON VALUE; null removes a retention limit."""
+    handle = app.open_workspace(workspace)
+    new_policy = handle.set_policy(key, parse_policy_value(key, value))
+    if as_json:
+        emit_json(new_policy)
+        return
+    shown = dict(flatten(new_policy)).get(key, new_policy.get(key))
+    click.echo(f"{key} = {value_text(shown) if shown is not None else 'unset'}")
+
+
+# -- settings ----------------------------------------------------------------------------------
+@workspace.group("settings", cls=Group)
+def settings() -> None:
+    """Show or change the workspace's application settings (settings.json)."""
+
+
+@settings.command("show", epilog=EXIT_CODES)
+@WORKSPACE_ARG
+@JSON_OPTION
+@pass_app
+def settings_show(app: AppContext, workspace: str | None, as_json: bool) -> None:
+    """Show every application setting."""
+    handle = app.open_workspace(workspace)
+    values = handle.settings()
+    if as_json:
+        emit_json(values)
+        return
+    if not values:
+        click.echo("no settings")
+        return
+    for name in sorted(values):
+        click.echo(f"{name} = {json.dumps(values[name], sort_keys=True, ensure_ascii=False)}")
+
+
+def parse_setting_value(text: str) -> Any:
+    """JSON when ``text`` parses as JSON, else the plain string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+@settings.command("set", epilog=EXIT_CODES)
+@click.argument("workspace")
+@click.argument("name")
+@click.argument("value")
+@pass_app
+def settings_set(app: AppContext, workspace: str, name: str, value: str) -> None:
+    """Set setting NAME to VALUE (JSON, or a plain string when it is not valid JSON)."""
+    handle = app.open_workspace(workspace)
+    parsed = parse_setting_value(value)
+    handle.set_setting(name, parsed)
+    click.echo(f"{name} = {json.dumps(parsed, sort_keys=True, ensure_ascii=False)}")
+
+
+@settings.command("unset", epilog=EXIT_CODES)
+@click.argument("workspace")
+@click.argument("name")
+@pass_app
+def settings_unset(app: AppContext, workspace: str, name: str) -> None:
+    """Remove setting NAME (a name that is not set is not an error)."""
+    handle = app.open_workspace(workspace)
+    removed = handle.unset_setting(name)
+    click.echo(f"{name} unset" if removed else f"{name} was not set")

@@ -1,0 +1,387 @@
+"""The two things an attempt writes that must appear all at once: its outcome and its workdir batches.
+
+Owns :class:`OutcomeDraft` — the implicit ``outcome.tmp.<uuid>/`` below the
+attempt control directory that ``spawn``/``put``/``remove`` fill and one terminal
+call publishes by renaming it to ``outcome.ready/`` — and :class:`WorkdirBatch`,
+a group of workdir changes sealed under ``.httk-runner/workdir-ready/<uuid>/``
+and then applied op by op with a progress record, so a replay after any
+interruption finishes the batch instead of repeating or skipping an op.
+
+Invariants: nothing of a draft is visible until the single rename; the draft is
+synced first when the workspace is durable; an existing ``outcome.ready/`` is
+never replaced. Spec: 001 "What an attempt publishes", "Data and workdir
+changes"; docs/workflow_filesystem_api.md "The outcome".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import codec
+from .fileio import atomic_write, fsync_dir, sync_tree
+from .protocol import PRIVATE_DIR, JobSpec
+from .runtime import ChildSpec
+
+OUTCOME_FORMAT = "httk-workflow-outcome"
+SPAWN_FORMAT = "httk-workflow-spawn"
+TRANSACTION_FORMAT = "httk-workflow-transaction"
+ERROR_FORMAT = "httk-workflow-runner-error"
+BATCH_FORMAT = "httk-workflow-workdir-batch"
+READY = "outcome.ready"
+DRAFT_PREFIX = "outcome.tmp."
+RUNNER_DIR = ".httk-runner"
+
+
+def check_relative(path: str | os.PathLike[str], what: str) -> str:
+    """Normalise a relative POSIX path; refuse absolute paths, ``..`` and the empty path."""
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text or text.startswith("/"):
+        raise ValueError(f"{what} {text!r} must be a relative path")
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if not parts or any(part == ".." for part in parts):
+        raise ValueError(f"{what} {text!r} must be a relative path without '..'")
+    return "/".join(parts)
+
+
+def _copy(source: Path, destination: Path) -> None:
+    """Copy a file (following a top-level link) or a tree (keeping links inside it)."""
+    if source.is_dir():
+        shutil.copytree(source, destination, symlinks=True)
+    elif source.is_file():
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, destination)
+    else:
+        raise FileNotFoundError(f"{source}: no such file or directory to stage")
+
+
+def write_error(control: Path, document: dict[str, Any], *, durable: bool) -> Path:
+    """Publish ``error.json`` (``httk-workflow-runner-error`` v1) in the control directory."""
+    path = control / "error.json"
+    atomic_write(
+        path, codec.encode({"format": ERROR_FORMAT, "format_version": 1, **document}), durable=durable
+    )
+    return path
+
+
+def child_job_spec(parent: JobSpec, child: ChildSpec, label: str) -> JobSpec:
+    """The complete job definition of a synthesized child: unset members follow ``parent``.
+
+    Inherited: workflow, pool, capabilities, executor, priority, resources,
+    workdir and data modes, and (with ``RunnerRef.inherit()``) the runner. The
+    tag is the label; budgets the ChildSpec leaves unset take the job defaults.
+    """
+    if child.runner.inherits:
+        if parent.runner_source == "payload":
+            raise ValueError(
+                "a ChildSpec cannot inherit a payload runner: a synthesized child has no payload to copy "
+                "it into. Publish the runner with Workspace.publish_runner (or `httk workflow runner "
+                "publish`) and reference it, or spawn a prepared payload directory instead"
+            )
+        source, path, sha256 = parent.runner_source, parent.runner_path, parent.runner_sha256
+    else:
+        source, path, sha256 = child.runner.source, child.runner.path or "", child.runner.sha256
+    budgets = {
+        key: value
+        for key, value in (
+            ("maximum_attempts_per_activation", child.maximum_attempts_per_activation),
+            ("maximum_total_attempts", child.maximum_total_attempts),
+            ("maximum_activations", child.maximum_activations),
+        )
+        if value is not None
+    }
+    return JobSpec(
+        name=child.name if child.name is not None else f"{parent.name}/{label}",
+        workflow=parent.workflow,
+        runner_path=path,
+        runner_source=source,
+        runner_sha256=sha256,
+        initial_step=child.step,
+        inputs=dict(child.inputs or {}),
+        priority=parent.priority if child.priority is None else child.priority,
+        pool=parent.pool,
+        capabilities=parent.capabilities,
+        executor=parent.executor,
+        workdir_mode=child.workdir_mode or parent.workdir_mode,
+        data_mode=child.data_mode or parent.data_mode,
+        retry_on=tuple(child.retry_on or ()),
+        resources=dict(parent.resources),
+        tag=label,
+        **budgets,
+    )
+
+
+def ignore_private(root: Path) -> Callable[[str, list[str]], list[str]]:
+    """A copytree filter dropping only the payload's own top-level ``.httk-job/``."""
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        return [PRIVATE_DIR] if Path(directory) == root and PRIVATE_DIR in names else []
+
+    return ignore
+
+
+class OutcomeDraft:
+    """The implicit draft of one attempt; created on first use, published or discarded once."""
+
+    def __init__(self, control: Path, *, durable: bool, new_id: Callable[[], str]) -> None:
+        self._control = control
+        self._durable = durable
+        self._new_id = new_id
+        self._directory: Path | None = None
+        self._published = False
+        self.children: list[dict[str, Any]] = []
+        self.operations: list[dict[str, Any]] = []
+
+    @property
+    def directory(self) -> Path | None:
+        return self._directory
+
+    @property
+    def ready(self) -> Path:
+        return self._control / READY
+
+    @property
+    def published(self) -> bool:
+        return self._published or os.path.lexists(self.ready)
+
+    def check_open(self) -> None:
+        """Refuse any further contribution once an outcome exists."""
+        if self.published:
+            raise RuntimeError(
+                f"this attempt already published its outcome ({self.ready}); a step publishes exactly one"
+            )
+
+    def ensure(self) -> Path:
+        self.check_open()
+        if self._directory is None:
+            directory = self._control / f"{DRAFT_PREFIX}{self._new_id()}"
+            directory.mkdir()
+            self._directory = directory
+        return self._directory
+
+    def add_child(self, entry: dict[str, Any], fill: Callable[[Path], None]) -> None:
+        """Create ``children/jobs/<job-key>/`` with ``fill`` and record ``entry`` in ``spawn.json``."""
+        draft = self.ensure()
+        payload = draft / "children" / entry["payload"]
+        payload.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fill(payload)
+        except BaseException:
+            shutil.rmtree(payload, ignore_errors=True)
+            raise
+        self.children.append(entry)
+        document = {"format": SPAWN_FORMAT, "format_version": 1, "children": self.children}
+        # The draft is synced as a whole before publication; per-file fsyncs would be wasted.
+        atomic_write(draft / "children" / "spawn.json", codec.encode(document), durable=False)
+
+    def add_put(self, source: Path, destination: str) -> str:
+        draft = self.ensure()
+        op_id = f"op-{len(self.operations) + 1:04d}"
+        _copy(source, draft / "transaction" / "files" / op_id)
+        self._add_operation(
+            {"id": op_id, "op": "put", "destination": destination, "source": f"files/{op_id}"}
+        )
+        return op_id
+
+    def add_remove(self, destination: str, missing_ok: bool) -> str:
+        self.ensure()
+        op_id = f"op-{len(self.operations) + 1:04d}"
+        self._add_operation(
+            {"id": op_id, "op": "remove", "destination": destination, "missing_ok": missing_ok}
+        )
+        return op_id
+
+    def _add_operation(self, operation: dict[str, Any]) -> None:
+        assert self._directory is not None
+        self.operations.append(operation)
+        document = {"format": TRANSACTION_FORMAT, "format_version": 1, "operations": self.operations}
+        atomic_write(self._directory / "transaction" / "manifest.json", codec.encode(document), durable=False)
+
+    def publish(self, outcome: dict[str, Any]) -> Path:
+        """Write ``outcome.json`` and rename the draft to ``outcome.ready/``; return that path."""
+        self.check_open()
+        draft = self.ensure()
+        atomic_write(draft / "outcome.json", codec.encode(outcome), durable=False)
+        if self._durable:
+            sync_tree(draft)
+        # os.rename would silently replace an empty directory, so the name is checked
+        # first; a non-empty one makes the rename itself fail. This process is the
+        # attempt's only writer of the control directory.
+        if os.path.lexists(self.ready):
+            raise RuntimeError(f"{self.ready} already exists; refusing to replace a published outcome")
+        os.rename(draft, self.ready)
+        if self._durable:
+            fsync_dir(self._control)
+        self._published = True
+        self._directory = None
+        return self.ready
+
+    def discard(self) -> None:
+        """Remove an unpublished draft so no half-outcome survives."""
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None
+        self.children = []
+        self.operations = []
+
+
+class WorkdirBatch:
+    """Workdir changes staged together and applied as one replayable batch.
+
+    Use through ``Attempt.workdir_batch()``: leaving the ``with`` block seals and
+    applies the batch; an exception inside it discards the batch unapplied.
+    """
+
+    def __init__(self, workdir: Path, *, durable: bool, new_id: Callable[[], str]) -> None:
+        self._workdir = workdir
+        self._durable = durable
+        self.id = new_id()
+        self._staging = workdir / RUNNER_DIR / "workdir-staging" / self.id
+        self.operations: list[dict[str, Any]] = []
+        self._sealed: Path | None = None
+
+    def _path(self, relpath: str | os.PathLike[str]) -> str:
+        if self._sealed is not None:
+            raise RuntimeError("this workdir batch is already sealed")
+        path = check_relative(relpath, "workdir path")
+        if path.split("/")[0] == RUNNER_DIR:
+            raise ValueError(f"workdir path {path!r} is inside the runner's private {RUNNER_DIR}/")
+        return path
+
+    def write(self, relpath: str | os.PathLike[str], data: bytes | str) -> None:
+        """Stage the whole content of one file."""
+        path = self._path(relpath)
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not isinstance(data, bytes | bytearray):
+            raise TypeError(f"workdir batch data must be bytes or str, got {type(data).__name__}")
+        staged = f"files/{len(self.operations) + 1:04d}"
+        target = self._staging / staged
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(bytes(data))
+        self.operations.append({"op": "write", "path": path, "staged": staged})
+
+    def remove(self, relpath: str | os.PathLike[str]) -> None:
+        """Stage the removal of a file or tree (absent is fine)."""
+        self.operations.append({"op": "remove", "path": self._path(relpath)})
+
+    def rename(self, source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
+        """Stage a rename that replaces ``destination``."""
+        self.operations.append(
+            {"op": "rename", "path": self._path(source), "destination": self._path(destination)}
+        )
+
+    def seal(self) -> Path | None:
+        """Make the batch durable under ``workdir-ready/<uuid>/``; ``None`` for an empty batch."""
+        if self._sealed is not None:
+            return self._sealed
+        if not self.operations:
+            self.discard()
+            return None
+        self._staging.mkdir(parents=True, exist_ok=True)
+        document = {"format": BATCH_FORMAT, "format_version": 1, "id": self.id, "operations": self.operations}
+        (self._staging / "ops.json").write_bytes(codec.encode(document))
+        if self._durable:
+            sync_tree(self._staging)
+        ready_root = self._workdir / RUNNER_DIR / "workdir-ready"
+        ready_root.mkdir(parents=True, exist_ok=True)
+        sealed = ready_root / self.id
+        os.rename(self._staging, sealed)
+        if self._durable:
+            fsync_dir(ready_root)
+        self._sealed = sealed
+        return sealed
+
+    def discard(self) -> None:
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+
+def _replace_with_copy(source: Path, target: Path, *, durable: bool) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    temp = target.parent / f".{target.name}.batch-tmp"
+    shutil.copyfile(source, temp)
+    if durable:
+        fd = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.replace(temp, target)
+
+
+def _remove(target: Path) -> None:
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    elif os.path.lexists(target):
+        target.unlink()
+
+
+def _apply_one(workdir: Path, batch: Path, operation: dict[str, Any], *, durable: bool) -> None:
+    """Apply one op; each is safe to repeat after it completed (or half-completed) once."""
+    kind = operation.get("op")
+    target = workdir / check_relative(operation["path"], "workdir path")
+    if kind == "write":
+        _replace_with_copy(
+            batch / check_relative(operation["staged"], "staged file"), target, durable=durable
+        )
+    elif kind == "remove":
+        _remove(target)
+    elif kind == "rename":
+        destination = workdir / check_relative(operation["destination"], "workdir path")
+        if os.path.lexists(target):
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            if destination.is_dir() and not destination.is_symlink() and target != destination:
+                shutil.rmtree(destination)
+            os.replace(target, destination)
+        elif not os.path.lexists(destination):
+            raise FileNotFoundError(
+                f"workdir batch {batch.name}: cannot rename missing {operation['path']!r}"
+            )
+    else:
+        raise ValueError(f"workdir batch {batch.name}: unknown op {kind!r}")
+    if durable:
+        fsync_dir(target.parent)
+
+
+def apply_sealed_batch(workdir: Path, batch: Path, *, durable: bool) -> None:
+    """Apply a sealed batch from its recorded progress, then move it to ``workdir-applied/``."""
+    document = codec.decode_object((batch / "ops.json").read_bytes(), os.fspath(batch / "ops.json"))
+    operations = document.get("operations")
+    if document.get("format") != BATCH_FORMAT or not isinstance(operations, list):
+        raise codec.DocumentError(os.fspath(batch / "ops.json"), "$", f"expected an {BATCH_FORMAT} document")
+    progress_path = batch / "progress.json"
+    applied = 0
+    if progress_path.exists():
+        applied = int(codec.decode_object(progress_path.read_bytes(), os.fspath(progress_path))["applied"])
+    for index in range(applied, len(operations)):
+        _apply_one(workdir, batch, operations[index], durable=durable)
+        # Recorded after the op took effect: a crash in between repeats one idempotent op.
+        atomic_write(progress_path, codec.encode({"applied": index + 1}), durable=durable)
+    applied_root = workdir / RUNNER_DIR / "workdir-applied"
+    applied_root.mkdir(parents=True, exist_ok=True)
+    os.rename(batch, applied_root / batch.name)
+    if durable:
+        fsync_dir(applied_root)
+        fsync_dir(batch.parent)
+
+
+def replay_workdir_batches(workdir: Path, *, durable: bool) -> list[str]:
+    """Finish every sealed-but-unapplied batch and drop unsealed staging; return the replayed ids."""
+    runner_dir = workdir / RUNNER_DIR
+    # An unsealed batch never took effect, and only one attempt runs in a workdir at a time.
+    shutil.rmtree(runner_dir / "workdir-staging", ignore_errors=True)
+    ready_root = runner_dir / "workdir-ready"
+    if not ready_root.is_dir():
+        return []
+    replayed: list[str] = []
+    # A batch is applied right after it is sealed, so at most one is normally pending.
+    for batch in sorted(ready_root.iterdir()):
+        if batch.is_dir() and (batch / "ops.json").is_file():
+            apply_sealed_batch(workdir, batch, durable=durable)
+            replayed.append(batch.name)
+    return replayed

@@ -1,0 +1,227 @@
+"""Preparing one attempt: control directory, verified runner copy, workdir, context, environment.
+
+The runner is copied below the attempt control directory, its pinned digest is
+verified against that copy, and only the copy is executed, so nothing can change
+the bytes between the check and the exec. Nothing of the job travels in the
+environment beyond paths and identities: children, inputs and settings are in
+``context.json``. Spec: 000 "Runner contract", "Share one runner between many
+jobs", "Application settings"; docs/workflow_filesystem_api.md "Attempts".
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .. import codec
+from ..domain.frames import StateFrame
+from ..domain.model import Failure
+from ..ports import Filesystem
+from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec
+from .digests import fs_digest
+from .layout import Layout
+from .markers import Marker
+from .policy import scalar_settings_env
+from .runners import object_path
+
+CONTEXT_FORMAT = "httk-workflow-attempt-context"
+
+
+class LaunchRefused(Exception):
+    """The attempt cannot start; ``failure`` is the canonical failure to record."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(f"{failure.code}: {failure.message}")
+        self.failure = failure
+
+
+@attrs.frozen
+class AttemptPlan:
+    """Everything needed to start one attempt."""
+
+    control: str
+    workdir: str
+    data: str | None
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    context: dict[str, Any]
+
+
+@attrs.frozen
+class LaunchSettings:
+    """What the composition root tells attempt preparation about this host."""
+
+    python: str
+    shell_lib: str
+    base_env: Mapping[str, str]
+    runner_search_paths: tuple[str, ...] = ()
+    manager_id: str = ""
+    host: str = ""
+
+
+def resolve_runner(fs: Filesystem, layout: Layout, payload: str, spec: JobSpec, search_paths: Sequence[str]) -> str:
+    """The path of the runner the job names; :class:`LaunchRefused` with ``runner_unavailable``."""
+    source, path = spec.runner_source, spec.runner_path
+    if source == "payload":
+        candidates = [f"{payload}/{path}"]
+    elif source == "workspace":
+        candidates = [object_path(layout, spec.runner_sha256 or "", path)]
+    else:
+        candidates = [f"{root.rstrip('/')}/{path}" for root in search_paths]
+        if not candidates:
+            raise LaunchRefused(
+                Failure(
+                    "runner_unavailable",
+                    f"installed runner {path!r} needs a --runner-search-path; this manager has none",
+                )
+            )
+    for candidate in candidates:
+        info = fs.lstat(candidate)
+        if info is not None and (info.is_file or info.is_dir):
+            return candidate
+    raise LaunchRefused(
+        Failure(
+            "runner_unavailable",
+            f"{source} runner {path!r} not found (looked at {', '.join(candidates)})",
+            {"runner": spec.runner},
+        )
+    )
+
+
+def _entry_point(fs: Filesystem, copy: str) -> str:
+    info = fs.lstat(copy)
+    if info is not None and info.is_dir:
+        for name in ("run", "run.py", "run.sh"):
+            if fs.exists(f"{copy}/{name}"):
+                return f"{copy}/{name}"
+        raise LaunchRefused(Failure("runner_unavailable", f"runner directory {copy} has no run, run.py or run.sh"))
+    return copy
+
+
+def command_for(entry: str, python: str) -> tuple[str, ...]:
+    """Python runners run under the manager's interpreter, so ``httk.workflow`` imports."""
+    if entry.endswith(".py"):
+        return (python, entry)
+    if entry.endswith((".sh", ".bash")):
+        return ("bash", entry)
+    return (entry,)
+
+
+def seed_workdir(fs: Filesystem, payload: str, workdir: str, staging: str, *, durable: bool) -> None:
+    """Create ``workdir`` as a copy of the payload without job.json and .httk-job/ (all or nothing)."""
+    if fs.exists(workdir):
+        return
+    fs.rmtree(staging)
+    fs.makedirs(staging)
+    for entry in fs.scandir(payload):
+        if entry.name in (JOB_FILE, PRIVATE_DIR):
+            continue
+        fs.copy_tree(entry.path, f"{staging}/{entry.name}", durable=False)
+    if durable:
+        fs.sync_tree(staging)
+    fs.makedirs(posixpath.dirname(workdir))
+    try:
+        fs.rename(staging, workdir, durable=durable)
+    except FileExistsError:
+        fs.rmtree(staging)
+
+
+def prepare_attempt(
+    fs: Filesystem,
+    layout: Layout,
+    settings: LaunchSettings,
+    *,
+    workspace_id: str,
+    durable: bool,
+    marker: Marker,
+    frame: StateFrame,
+    spec: JobSpec,
+    workspace_settings: dict[str, Any],
+    children: list[dict[str, Any]],
+    restart: dict[str, Any],
+    now: float,
+) -> AttemptPlan:
+    """Lay out the control directory of the attempt ``frame`` describes and return how to start it."""
+    job_id = marker.job_id
+    attempt_id = frame.attempt_id or ""
+    control = layout.attempt_dir(job_id, frame.total_attempts, attempt_id)
+    payload = layout.payload(marker.placement, str(marker.key))
+    fs.rmtree(control)
+    fs.makedirs(control)
+    runner_source = resolve_runner(fs, layout, payload, spec, settings.runner_search_paths)
+    copy = f"{control}/runner/{posixpath.basename(runner_source)}"
+    fs.copy_tree(runner_source, copy, durable=False)
+    if spec.runner_sha256 is not None:
+        actual = fs_digest(fs, copy)
+        if actual != spec.runner_sha256:
+            raise LaunchRefused(
+                Failure(
+                    "runner_mismatch",
+                    f"runner {spec.runner_path!r} has sha256 {actual}, job pins {spec.runner_sha256}",
+                    {"expected": spec.runner_sha256, "actual": actual},
+                )
+            )
+    entry = _entry_point(fs, copy)
+    if spec.workdir_mode == "isolated":
+        workdir = f"{control}/workdir"
+    else:
+        workdir = layout.persistent_workdir(job_id)
+    seed_workdir(fs, payload, workdir, f"{layout.tmp}/seed-{job_id}-{attempt_id}", durable=durable)
+    data = None
+    if spec.data_mode == "transactional":
+        data = f"{layout.data_dir(job_id)}/current"
+        fs.makedirs(data)
+    context = {
+        "format": CONTEXT_FORMAT,
+        "format_version": 1,
+        "workspace": layout.root,
+        "workspace_id": workspace_id,
+        "job_id": job_id,
+        "job_key": str(marker.key),
+        "placement": marker.placement,
+        "step": frame.step,
+        "activation_id": frame.activation_id,
+        "activation_ordinal": frame.activation_ordinal,
+        "attempt_id": attempt_id,
+        "attempt_ordinal": frame.attempt_ordinal,
+        "total_attempts": frame.total_attempts,
+        "payload": payload,
+        "workdir": workdir,
+        "data": data,
+        "control": control,
+        "durable": durable,
+        "workdir_mode": spec.workdir_mode,
+        "data_mode": spec.data_mode,
+        "manager_id": settings.manager_id,
+        "host": settings.host,
+        "created_at": now,
+        "runner": spec.runner,
+        "settings": workspace_settings,
+        "restart": restart,
+        "children": children,
+    }
+    fs.write_atomic(f"{control}/context.json", codec.encode(context), durable=durable)
+    env = dict(settings.base_env)
+    env.update(scalar_settings_env(workspace_settings))
+    env.update(
+        {
+            "HTTK_WORKFLOW_CONTEXT": f"{control}/context.json",
+            "HTTK_WORKFLOW_CONTROL_DIR": control,
+            "HTTK_WORKFLOW_JOB_DIR": payload,
+            "HTTK_WORKFLOW_WORKDIR": workdir,
+            "HTTK_WORKFLOW_WORKSPACE_DIR": layout.root,
+            "HTTK_WORKFLOW_STEP": frame.step,
+            "HTTK_WORKFLOW_DURABLE": "1" if durable else "0",
+            "HTTK_WORKFLOW_JOB_ID": job_id,
+            "HTTK_WORKFLOW_ATTEMPT_ID": attempt_id,
+            "HTTK_WORKFLOW_SHELL_LIB": settings.shell_lib,
+        }
+    )
+    env.pop("HTTK_WORKFLOW_DATA_DIR", None)
+    env.pop("HTTK_WORKFLOW_DESCRIBE", None)
+    if data is not None:
+        env["HTTK_WORKFLOW_DATA_DIR"] = data
+    return AttemptPlan(control, workdir, data, command_for(entry, settings.python), env, context)

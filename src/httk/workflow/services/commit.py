@@ -1,0 +1,241 @@
+"""Committing an attempt's outcome: children, join notes, and the one transition.
+
+A commit runs while the job's marker is ``committing`` and owned by this
+manager, so only one actor commits at a time. Every side effect is idempotent
+(children are renamed into place and ledgered, join notes are overwritten with
+the same bytes), so a manager that dies mid-commit leaves work that the next
+owner redoes to the same result. The decision itself (advance, wait, retry, …)
+comes from the domain's budgets. Spec: 001 "What an attempt publishes",
+"Spawning children", "Gathering them".
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+import attrs
+
+from .. import codec
+from ..domain import budgets
+from ..domain.frames import StateFrame
+from ..domain.lifecycle import Event, StateKind, is_terminal
+from ..domain.model import Failure, JobKey
+from ..ports import Filesystem, Ids
+from ..protocol import PRIVATE_DIR, JobSpec, parse_job_bytes
+from .layout import Layout
+from .markers import Marker
+from .outcomes import Outcome
+from .store import Store
+
+PARENT_FILE = "parent.json"
+
+
+@attrs.frozen
+class Decision:
+    """The transition a commit makes and the frame changes it carries."""
+
+    event: Event
+    changes: dict[str, Any]
+    summary: str
+
+
+def counters_of(frame: StateFrame) -> budgets.Counters:
+    return budgets.Counters(
+        activation_ordinal=max(frame.activation_ordinal, 1),
+        attempts_in_activation=frame.attempt_ordinal,
+        total_attempts=frame.total_attempts,
+    )
+
+
+def released(**changes: Any) -> dict[str, Any]:
+    """Frame changes that end an attempt's ownership."""
+    return {"owner": None, "process": None, **changes}
+
+
+def new_activation(frame: StateFrame, ids: Ids, step: str, **changes: Any) -> dict[str, Any]:
+    return released(
+        step=step,
+        activation_id=ids.new_id(),
+        activation_ordinal=frame.activation_ordinal + 1,
+        attempt_ordinal=0,
+        attempt_id=None,
+        **changes,
+    )
+
+
+def decide(outcome: Outcome, frame: StateFrame, spec: JobSpec, ids: Ids) -> Decision:
+    """What committing ``outcome`` does to a job whose current frame is ``frame``."""
+    policy = spec.retry_policy
+    counters = counters_of(frame)
+    runner_steps = outcome.runner_steps if outcome.runner_steps is not None else frame.runner_steps
+    base: dict[str, Any] = {"runner_steps": runner_steps}
+    if outcome.unclean:
+        base["unclean_exits"] = frame.unclean_exits + 1
+    pause = frame.pause_requested
+    action = outcome.action
+    if action == "succeed":
+        return Decision(Event.COMMIT_SUCCEED, released(failure=None, join=None, reason=None, **base), "succeeded")
+    if action == "pause":
+        return Decision(Event.COMMIT_PAUSE, released(reason=outcome.reason, pause_requested=False, **base), "paused")
+    if action == "wait":
+        assert outcome.join is not None
+        join = {**outcome.join, "children": _join_children(outcome), "first_unresolved_at": None}
+        return Decision(Event.COMMIT_WAIT, released(join=join, failure=None, **base), f"waiting on {len(join['children'])}")
+    if action == "advance":
+        assert outcome.step is not None
+        verdict = budgets.can_advance(policy, counters)
+        if not verdict.allowed:
+            failure = Failure(verdict.failure_code or "activations_exhausted", verdict.reason)
+            return Decision(Event.COMMIT_FAIL, released(failure=failure.to_json(), **base), verdict.reason)
+        changes = new_activation(frame, ids, outcome.step, join=None, failure=None, reason=None, **base)
+        if outcome.priority is not None:
+            changes["priority"] = outcome.priority
+        if pause:
+            changes["pause_requested"] = False
+            return Decision(Event.COMMIT_PAUSE, changes, f"advanced to {outcome.step!r} and paused as requested")
+        return Decision(Event.COMMIT_ADVANCE, changes, f"advanced to {outcome.step!r}")
+    explicit = action == "retry"
+    failure = outcome.failure
+    verdict = budgets.after_attempt(policy, counters, failure=failure, explicit_retry=explicit)
+    if verdict.retry:
+        last = failure.to_json() if failure is not None else None
+        changes = released(failure=last, reason=outcome.reason or verdict.reason, **base)
+        if pause:
+            changes["pause_requested"] = False
+            return Decision(Event.COMMIT_PAUSE, changes, "retry deferred by a pause request")
+        return Decision(Event.COMMIT_RETRY, changes, f"retrying: {outcome.reason or verdict.reason}")
+    if failure is None:
+        failure = Failure(verdict.failure_code or budgets.ATTEMPTS_EXHAUSTED, f"retry refused: {verdict.reason}")
+    elif verdict.failure_code:
+        failure = attrs.evolve(failure, details={**failure.details, "budget": verdict.reason})
+    return Decision(Event.COMMIT_FAIL, released(failure=failure.to_json(), **base), f"failed: {failure.code}")
+
+
+def _join_children(outcome: Outcome) -> list[dict[str, Any]]:
+    assert outcome.join is not None
+    by_label = {child["label"]: child for child in outcome.spawned}
+    labels = outcome.join["children"] or [child["label"] for child in outcome.spawned]
+    return [
+        {
+            "label": label,
+            "job_id": by_label[label]["job_id"],
+            "job_key": by_label[label]["job_key"],
+            "placement": by_label[label]["placement"],
+        }
+        for label in labels
+    ]
+
+
+def create_children(
+    store: Store, control: str, outcome: Outcome, parent: Marker, *, recovering: bool
+) -> list[Marker]:
+    """Move every spawned child payload into place and publish its ``submitted`` marker, once."""
+    fs = store.fs
+    layout = store.layout
+    durable = store.config.durable
+    created: list[Marker] = []
+    ledger_dir = f"{control}/commit/children"
+    for child in outcome.spawned:
+        ledger = f"{ledger_dir}/{child['job_id']}"
+        if fs.exists(ledger):
+            continue
+        key = JobKey.parse(child["job_key"])
+        placement = child["placement"]
+        destination = layout.payload(placement, str(key))
+        source = f"{control}/outcome.ready/children/{child['payload']}"
+        moved_now = False
+        if fs.exists(source):
+            spec = parse_job_bytes(fs.read_bytes(f"{source}/job.json"), f"{source}/job.json")
+            link = {"job_id": parent.job_id, "job_key": str(parent.key), "placement": parent.placement,
+                    "label": child["label"]}
+            fs.write_atomic(f"{source}/{PRIVATE_DIR}/{PARENT_FILE}", codec.encode(link), durable=durable)
+            fs.makedirs(posixpath.dirname(destination))
+            try:
+                fs.rename(source, destination, durable=durable)
+                moved_now = True
+            except FileExistsError:
+                pass
+        else:
+            spec = parse_job_bytes(fs.read_bytes(f"{destination}/job.json"), f"{destination}/job.json")
+        if moved_now or not (recovering and _marker_exists(store, placement, str(key))):
+            try:
+                created.append(store.create_submitted(placement, key, spec.priority))
+            except FileExistsError:
+                pass
+        fs.write_atomic(ledger, b"", durable=durable)
+    return created
+
+
+def _marker_exists(store: Store, placement: str, key: str) -> bool:
+    """Whether a job already has a marker in any kind (only asked while recovering a commit)."""
+    prefix = key + "."
+    for kind in StateKind:
+        directory = f"{store.layout.kind_dir(kind)}/{placement}"
+        for entry in store.fs.scandir(directory):
+            if entry.name.startswith(prefix):
+                return True
+    return False
+
+
+def note_for_parent(
+    fs: Filesystem,
+    layout: Layout,
+    marker: Marker,
+    kind: StateKind,
+    failure: dict[str, Any] | None,
+    *,
+    durable: bool,
+    workdir: str | None,
+) -> None:
+    """Tell a waiting parent that this child reached a terminal kind (before the rename makes it so).
+
+    Parents read these notes instead of opening the terminal trees, so a gather
+    costs one directory listing however large the workspace history is.
+    """
+    if not is_terminal(kind):
+        return
+    payload = layout.payload(marker.placement, str(marker.key))
+    try:
+        link = codec.decode_object(fs.read_bytes(f"{payload}/{PRIVATE_DIR}/{PARENT_FILE}"), "parent.json")
+    except (FileNotFoundError, codec.DocumentError):
+        return
+    parent_id = link.get("job_id")
+    if not isinstance(parent_id, str):
+        return
+    note = {
+        "kind": kind.value,
+        "failure": failure,
+        "job_id": marker.job_id,
+        "job_key": str(marker.key),
+        "placement": marker.placement,
+        "label": link.get("label"),
+        "workdir": workdir,
+    }
+    fs.write_atomic(f"{layout.control}/joins/{parent_id}/{marker.job_id}.json", codec.encode(note), durable=durable)
+
+
+def clear_note(fs: Filesystem, layout: Layout, marker: Marker) -> None:
+    """A job leaving a terminal kind (operator continue) is no longer terminal for its parent."""
+    payload = layout.payload(marker.placement, str(marker.key))
+    try:
+        link = codec.decode_object(fs.read_bytes(f"{payload}/{PRIVATE_DIR}/{PARENT_FILE}"), "parent.json")
+    except (FileNotFoundError, codec.DocumentError):
+        return
+    try:
+        fs.remove(f"{layout.control}/joins/{link.get('job_id')}/{marker.job_id}.json")
+    except FileNotFoundError:
+        pass
+
+
+def read_notes(fs: Filesystem, layout: Layout, parent_id: str) -> dict[str, dict[str, Any]]:
+    """The terminal notes of a parent's children, by child job id."""
+    notes: dict[str, dict[str, Any]] = {}
+    for entry in fs.scandir(f"{layout.control}/joins/{parent_id}"):
+        if not entry.name.endswith(".json"):
+            continue
+        try:
+            notes[entry.name[:-5]] = codec.decode_object(fs.read_bytes(entry.path), entry.path)
+        except (FileNotFoundError, codec.DocumentError):
+            continue
+    return notes

@@ -1,0 +1,488 @@
+"""The task manager: the tick loop that registers, claims, launches, watches and commits.
+
+A tick streams one bounded pass over each active kind (never the terminal
+trees), acts on what it found, and waits on its runners' process descriptors
+rather than sleeping, so an exit is committed within milliseconds. Every change
+of a job is a store transition; a lost race is a miss, not a fault. The manager
+frees nothing and cleans nothing up on exit: whatever it leaves is recovered
+from disk by the next one. Spec: 000 "Run", "Scheduling", "Runner contract".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from .. import codec
+from ..domain.lifecycle import ACTIVE_KINDS, Event, StateKind, next_kind
+from ..domain.scheduling import Candidate, Offer, Requirements, best_within_window, mismatches
+from ..ports import LaunchedProcess, ProcessControl
+from .attempts import AttemptPlan, LaunchRefused, LaunchSettings, prepare_attempt
+from .commit import Decision, clear_note, create_children, decide, note_for_parent
+from .discovery import Discovery
+from .markers import Marker
+from .outcomes import Outcome, read_outcome
+from .recovery import Recovery
+from .store import JobDamage, JobView, LostRace
+from .summary import summarize
+from .transactions import apply_transaction
+from .waiting import WaitingPass
+from .workspaces import WorkspaceHandle
+
+log = logging.getLogger("httk.workflow.manager")
+
+
+@attrs.frozen(kw_only=True)
+class ManagerConfig:
+    """Deployment policy of one manager process (spec 000 "Run")."""
+
+    workers: int = 1
+    pools: tuple[str, ...] = ("default",)
+    capabilities: tuple[str, ...] = ()
+    executors: tuple[str, ...] = ("path",)
+    placement_prefixes: tuple[str, ...] = ()
+    lease_seconds: float | None = None
+    takeover_grace_factor: float = 2.0
+    unsafe_persistent_takeover: bool = False
+    unsafe_isolated_takeover: bool = False
+    join_grace_seconds: float = 3600.0
+    idle: bool = False
+    idle_timeout: float | None = None
+    runner_search_paths: tuple[str, ...] = ()
+    drain_timeout: float = 60.0
+    kill_grace: float = 10.0
+    log_level: str = "info"
+    log_file: str | None = None
+    json_logs: bool = False
+    gc_interval: float | None = None
+    discovery_budget: int = 4096
+    maximum_pass_markers: int = 256
+    poll_interval: float = 0.5
+
+
+@attrs.define
+class Running:
+    """One attempt this manager launched and is watching."""
+
+    marker: Marker
+    view: JobView
+    plan: AttemptPlan
+    process: LaunchedProcess
+
+
+class Manager:
+    """One manager process serving one workspace."""
+
+    def __init__(
+        self,
+        handle: WorkspaceHandle,
+        process: ProcessControl,
+        launch: LaunchSettings,
+        config: ManagerConfig,
+        *,
+        manager_id: str,
+        out: Callable[[str], None] = print,
+    ) -> None:
+        self.handle = handle
+        self.fs = handle.fs
+        self.layout = handle.layout
+        self.store = handle.store
+        self.clock = handle.ports.clock
+        self.ids = handle.ports.ids
+        self.proc = process
+        self.config = config
+        self.id = manager_id
+        self.host = process.hostname()
+        self.uid = process.uid()
+        self.launch_settings = attrs.evolve(launch, manager_id=manager_id, host=self.host)
+        self.lease = float(config.lease_seconds or handle.policy["lease_seconds"])
+        self.offer = Offer(
+            pools=frozenset(config.pools),
+            capabilities=frozenset(config.capabilities),
+            executors=frozenset(config.executors),
+            placement_prefixes=tuple(config.placement_prefixes),
+        )
+        self.discovery = Discovery(self.fs, self.layout, tuple(config.placement_prefixes))
+        self.running: dict[str, Running] = {}
+        self.out = out
+        self.draining = False
+        self.drain_deadline: float | None = None
+        self.stop_now = False
+        self.last_heartbeat = -1e18
+        self.manager_dir = f"{self.layout.managers}/{self.id}"
+        self.waiting = WaitingPass(self)
+        self.recovery = Recovery(self)
+        # Idle detection: a kind is quiet when its last full cycle saw no progress.
+        self._seq = 0
+        self._last_progress = 0
+        self._cycle_start = {kind: 0 for kind in ACTIVE_KINDS}
+        self._quiet = {kind: False for kind in ACTIVE_KINDS}
+        self.last_gc = self.clock.monotonic()
+        self.gc_hook: Callable[[], None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def run(self) -> int:
+        """Serve until idle (or forever with ``idle``); returns the exit status."""
+        self._publish_manifest()
+        self.heartbeat(force=True)
+        self.out(self.banner())
+        self._warn_empty_prefixes()
+        self.proc.on_terminate(self.request_drain)
+        started_quiet = self.clock.monotonic()
+        status = 0
+        while not self.stop_now:
+            progress = self.tick()
+            if progress or self.running:
+                started_quiet = self.clock.monotonic()
+            if self.draining:
+                if not self.running or self.clock.monotonic() >= (self.drain_deadline or 0):
+                    log.info("drain complete; exiting with %d attempt(s) left to lease recovery", len(self.running))
+                    break
+            elif not self.running and all(self._quiet.values()) and not self.config.idle:
+                break
+            elif self.config.idle_timeout is not None and not self.running:
+                if self.clock.monotonic() - started_quiet >= self.config.idle_timeout:
+                    status = self._idle_timeout_advice()
+                    break
+            self._maybe_gc()
+            if not progress:
+                self.proc.wait_any([r.process for r in self.running.values()], self.config.poll_interval)
+        self.heartbeat(force=True, stopped=True)
+        self.out(summarize(self))
+        return status
+
+    def request_drain(self, signum: int) -> None:
+        """First signal: stop claiming, terminate attempts, keep committing. Second: exit at once."""
+        if self.draining:
+            log.warning("second signal %d: exiting immediately", signum)
+            raise SystemExit(130)
+        log.warning("signal %d: draining (no new claims; committing for %.0fs)", signum, self.config.drain_timeout)
+        self.draining = True
+        self.drain_deadline = self.clock.monotonic() + self.config.drain_timeout
+        import signal as _signal
+
+        for running in self.running.values():
+            self.proc.signal_group(running.process.identity.pgid, _signal.SIGTERM)
+
+    def banner(self) -> str:
+        return (
+            f"httk-workflow manager {self.id}: workspace {self.layout.root}; log {self.log_path()}; "
+            f"pools {','.join(self.config.pools)}; capabilities {','.join(self.config.capabilities) or '-'}; "
+            f"executors {','.join(self.config.executors)}; workers {self.config.workers}"
+        )
+
+    def log_path(self) -> str:
+        return self.config.log_file or f"{self.manager_dir}/log"
+
+    # -- manifest and heartbeat --------------------------------------------------------------
+    def _publish_manifest(self) -> None:
+        manifest = {
+            "format": "httk-workflow-manager",
+            "format_version": 1,
+            "manager_id": self.id,
+            "host": self.host,
+            "pid": self.proc.pid(),
+            "uid": self.uid,
+            "workspace": self.layout.root,
+            "pools": list(self.config.pools),
+            "capabilities": list(self.config.capabilities),
+            "executors": list(self.config.executors),
+            "runner_search_paths": list(self.config.runner_search_paths),
+            "placement_prefixes": list(self.config.placement_prefixes),
+            "lease_seconds": self.lease,
+            "workers": self.config.workers,
+            "started_at": self.clock.now(),
+        }
+        self.fs.makedirs(self.manager_dir)
+        self.fs.write_atomic(f"{self.manager_dir}/manager.json", codec.encode(manifest), durable=self.handle.durable)
+
+    def heartbeat(self, *, force: bool = False, stopped: bool = False) -> None:
+        """Write the lease evidence; cheap enough to call often, rate-limited to once a second."""
+        now = self.clock.monotonic()
+        if not force and now - self.last_heartbeat < min(1.0, self.lease / 4):
+            return
+        self.last_heartbeat = now
+        beat = {"manager_id": self.id, "time": self.clock.now(), "lease_seconds": self.lease, "stopped": stopped}
+        # Heartbeats are evidence, not protocol state: no fsync.
+        self.fs.write_atomic(f"{self.manager_dir}/heartbeat.json", codec.encode(beat), durable=False)
+
+    # -- the tick ----------------------------------------------------------------------------
+    def _progress(self) -> None:
+        self._seq += 1
+        self._last_progress = self._seq
+
+    def tick(self) -> bool:
+        """One scheduling tick over every active kind; True when anything changed."""
+        before = self._last_progress
+        self.heartbeat()
+        self.reap()
+        for kind in ACTIVE_KINDS:
+            if self.stop_now:
+                break
+            started = self.clock.monotonic()
+            result = self.discovery.scan(
+                kind,
+                entry_budget=self.config.discovery_budget,
+                marker_budget=self.config.maximum_pass_markers,
+                heartbeat=self.heartbeat,
+            )
+            self._handle_pass(kind, result.markers)
+            self.reap()
+            self._check_pass_duration(kind, self.clock.monotonic() - started)
+            if result.cycle_complete:
+                self._quiet[kind] = self._last_progress <= self._cycle_start[kind]
+                self._seq += 1
+                self._cycle_start[kind] = self._seq
+        return self._last_progress != before
+
+    def _check_pass_duration(self, kind: StateKind, duration: float) -> None:
+        if duration >= 0.9 * self.lease:
+            log.error("a %s pass took %.1fs, 90%% of the %.0fs lease: raise lease_seconds or split the "
+                      "workspace", kind.value, duration, self.lease)
+        elif duration >= 0.5 * self.lease:
+            log.warning("a %s pass took %.1fs, half the %.0fs lease", kind.value, duration, self.lease)
+
+    def _handle_pass(self, kind: StateKind, markers: list[Marker]) -> None:
+        if kind == StateKind.SUBMITTED:
+            for marker in markers:
+                self._register(marker)
+        elif kind == StateKind.READY:
+            if not self.draining:
+                self._claim_window(markers)
+        elif kind == StateKind.WAITING:
+            for marker in markers:
+                if self.waiting.evaluate(marker):
+                    self._progress()
+        else:
+            for marker in markers:
+                if marker.job_id in self.running:
+                    continue
+                if self.recovery.consider(marker):
+                    self._progress()
+
+    # -- registration ------------------------------------------------------------------------
+    def owned_by_me(self, marker: Marker) -> bool:
+        """The safety property: marker, payload and job.json are regular, non-symlink, ours."""
+        payload = self.store.payload_dir(marker)
+        for path, want_dir in (
+            (self.store.marker_path(marker), False),
+            (payload, True),
+            (f"{payload}/job.json", False),
+        ):
+            info = self.fs.lstat(path)
+            if info is None or info.is_symlink or info.uid != self.uid:
+                return False
+            if want_dir != info.is_dir or (not want_dir and not info.is_file):
+                return False
+        return True
+
+    def _register(self, marker: Marker) -> None:
+        try:
+            view = self.store.read_job(marker)
+        except JobDamage as damage:
+            log.warning("job %s: cannot register: %s", marker.key, damage)
+            return
+        if view.spec is None or view.spec.executor not in self.offer.executors or not self.owned_by_me(marker):
+            return
+        try:
+            self.store.transition(
+                marker,
+                view.frame,
+                Event.REGISTER,
+                step=view.spec.initial_step,
+                activation_id=self.ids.new_id(),
+                activation_ordinal=1,
+            )
+        except LostRace:
+            return
+        log.info("registered %s at %s", marker.key, marker.placement)
+        self._progress()
+
+    # -- claiming and launching --------------------------------------------------------------
+    def _claim_window(self, markers: list[Marker]) -> None:
+        slots = self.config.workers - len(self.running)
+        if slots <= 0 or not markers:
+            return
+        candidates = [Candidate(marker.priority, marker.relative_path(), marker) for marker in markers]
+        for candidate in best_within_window(candidates, len(candidates)):
+            if len(self.running) >= self.config.workers:
+                break
+            marker = candidate.item
+            assert isinstance(marker, Marker)
+            try:
+                view = self.store.read_job(marker)
+            except JobDamage as damage:
+                log.warning("job %s: not claimable: %s", marker.key, damage)
+                continue
+            if view.spec is None:
+                continue
+            requirements = Requirements(
+                pool=view.spec.pool,
+                capabilities=frozenset(view.spec.capabilities),
+                executor=view.spec.executor,
+                placement=marker.placement,
+            )
+            if mismatches(self.offer, requirements) or not self.owned_by_me(marker):
+                continue
+            self._claim_and_launch(marker, view)
+
+    def _claim_and_launch(self, marker: Marker, view: JobView) -> None:
+        frame = view.frame
+        spec = view.spec
+        assert spec is not None
+        owner = {"manager_id": self.id, "host": self.host, "lease_seconds": self.lease, "claimed_at": self.clock.now()}
+        try:
+            claimed, frame = self.store.transition(
+                marker,
+                frame,
+                Event.CLAIM,
+                owner=owner,
+                attempt_id=self.ids.new_id(),
+                attempt_ordinal=frame.attempt_ordinal + 1,
+                total_attempts=frame.total_attempts + 1,
+                activation_id=frame.activation_id or self.ids.new_id(),
+                activation_ordinal=max(frame.activation_ordinal, 1),
+            )
+        except LostRace:
+            return
+        self._progress()
+        log.info("claimed %s (step %s, attempt %d)", marker.key, frame.step, frame.attempt_ordinal)
+        view = JobView(claimed, frame, spec)
+        try:
+            plan = prepare_attempt(
+                self.fs,
+                self.layout,
+                self.launch_settings,
+                workspace_id=self.handle.workspace_id,
+                durable=self.handle.durable,
+                marker=claimed,
+                frame=frame,
+                spec=spec,
+                workspace_settings=self.handle.settings(),
+                children=self.waiting.children_context(frame),
+                restart={
+                    "previous_attempt_id": None,
+                    "unclean": frame.unclean_exits > 0,
+                    "takeover": frame.takeover,
+                    "last_failure": frame.failure,
+                },
+                now=self.clock.now(),
+            )
+        except LaunchRefused as refused:
+            log.warning("job %s: %s", marker.key, refused)
+            self.finish(claimed, frame, Event.LAUNCH_FAILED, {"owner": None, "failure": refused.failure.to_json()})
+            return
+        launched = self.proc.launch(
+            plan.argv,
+            cwd=plan.workdir,
+            env=plan.env,
+            stdout_path=f"{plan.control}/stdout.log",
+            stderr_path=f"{plan.control}/stderr.log",
+        )
+        identity = launched.identity
+        process = {"host": identity.host, "pid": identity.pid, "start_ticks": identity.start_ticks, "pgid": identity.pgid,
+                   "control": plan.control}
+        try:
+            running, frame = self.store.transition(claimed, frame, Event.LAUNCH, process=process)
+        except LostRace:
+            # Someone (an operator cancel) took the claim: the gate stays shut, the runner never runs.
+            launched.abandon()
+            launched.close()
+            return
+        launched.release()
+        self.running[marker.job_id] = Running(running, JobView(running, frame, spec), plan, launched)
+        log.info("launched %s pid %d: %s", marker.key, identity.pid, " ".join(plan.argv))
+
+    # -- watching and committing -------------------------------------------------------------
+    def reap(self) -> None:
+        """Commit every attempt whose process has exited."""
+        for job_id, running in list(self.running.items()):
+            returncode = running.process.poll()
+            if returncode is None:
+                continue
+            del self.running[job_id]
+            running.process.close()
+            self._progress()
+            self.commit_exited(running, returncode)
+
+    def commit_exited(self, running: Running, returncode: int) -> None:
+        marker, frame = running.marker, running.view.frame
+        try:
+            marker, frame = self.store.transition(
+                marker, frame, Event.PUBLISH, notes={**frame.notes, "returncode": returncode}
+            )
+        except LostRace:
+            log.info("job %s changed under its attempt (cancelled?); not committing", marker.key)
+            return
+        outcome = read_outcome(self.fs, running.plan.control, returncode)
+        self.commit(marker, frame, running.view.spec, running.plan.control, outcome, recovering=False)
+
+    def commit(
+        self, marker: Marker, frame: Any, spec: Any, control: str, outcome: Outcome, *, recovering: bool
+    ) -> None:
+        """Apply an outcome to a job this manager holds in ``committing``."""
+        if outcome.published and outcome.transaction and spec.data_mode == "transactional":
+            apply_transaction(self.fs, self.layout, marker.job_id, control, outcome.transaction,
+                              durable=self.handle.durable)
+        if outcome.published and outcome.spawned:
+            created = create_children(self.store, control, outcome, marker, recovering=recovering)
+            if created:
+                log.info("job %s spawned %d children", marker.key, len(created))
+        decision: Decision = decide(outcome, frame, spec, self.ids)
+        if outcome.failure is not None and outcome.failure.code in ("protocol_error", "runner_exit", "runner_error"):
+            log.warning("job %s attempt %d: %s", marker.key, frame.total_attempts, outcome.failure.message)
+        self.finish(marker, frame, decision.event, decision.changes, workdir=self._workdir_of(spec, control, marker))
+        log.info("committed %s: %s", marker.key, decision.summary)
+
+    def finish(
+        self, marker: Marker, frame: Any, event: Event, changes: dict[str, Any], *, workdir: str | None = None
+    ) -> tuple[Marker, Any] | None:
+        """One transition, telling a waiting parent first when it makes the job terminal."""
+        kind = next_kind(marker.kind, event)
+        note_for_parent(self.fs, self.layout, marker, kind, changes.get("failure", frame.failure),
+                        durable=self.handle.durable, workdir=workdir)
+        try:
+            result = self.store.transition(marker, frame, event, **changes)
+        except LostRace:
+            log.info("job %s: lost the race for %s", marker.key, event.value)
+            return None
+        if marker.kind in (StateKind.FAILED, StateKind.CANCELLED):
+            clear_note(self.fs, self.layout, marker)
+        self._progress()
+        return result
+
+    def _workdir_of(self, spec: Any, control: str, marker: Marker) -> str:
+        if spec is not None and spec.workdir_mode == "isolated":
+            return f"{control}/workdir"
+        return self.layout.persistent_workdir(marker.job_id)
+
+    # -- odds and ends -----------------------------------------------------------------------
+    def _warn_empty_prefixes(self) -> None:
+        for prefix in self.config.placement_prefixes:
+            clean = prefix.strip("/")
+            if not any(self.fs.exists(f"{self.layout.kind_dir(kind)}/{clean}") for kind in StateKind):
+                log.warning(
+                    "placement prefix %r matches no job yet; this manager will serve that subtree once work "
+                    "arrives there", prefix,
+                )
+
+    def _idle_timeout_advice(self) -> int:
+        from .summary import idle_advice
+
+        for line in idle_advice(self):
+            log.warning(line)
+        return 0
+
+    def _maybe_gc(self) -> None:
+        if self.config.gc_interval is None or self.gc_hook is None:
+            return
+        if self.clock.monotonic() - self.last_gc < self.config.gc_interval:
+            return
+        self.last_gc = self.clock.monotonic()
+        try:
+            self.gc_hook()
+        except Exception as error:  # a failed collection must not disturb scheduling
+            log.error("garbage collection failed: %s", error)

@@ -1,0 +1,196 @@
+"""Reading what an attempt left behind: ``outcome.ready/``, ``error.json``, the exit status.
+
+Every ending becomes exactly one :class:`Outcome`: a published outcome is
+validated member by member (a malformed one is ``protocol_error``), an exit
+without one becomes a canonical failure built from ``error.json`` or the exit
+status. Spec: 001 "What an attempt publishes", 000 "Runner contract";
+docs/workflow_filesystem_api.md "The outcome".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .. import codec
+from ..domain.model import JOIN_CONDITIONS, Failure, ValidationError, check_step, check_tag
+from ..ports import Filesystem
+
+OUTCOME_FORMAT = "httk-workflow-outcome"
+ACTIONS = ("advance", "wait", "succeed", "fail", "retry", "pause")
+#: Failures the manager itself records for an attempt that ended without an outcome.
+UNCLEAN_CODES = frozenset({"runner_error", "runner_exit"})
+
+
+@attrs.frozen
+class Outcome:
+    """One attempt's result, published or synthesized."""
+
+    action: str
+    step: str | None = None
+    priority: int | None = None
+    join: dict[str, Any] | None = None
+    failure: Failure | None = None
+    reason: str | None = None
+    runner_steps: tuple[str, ...] | None = None
+    spawned: tuple[dict[str, Any], ...] = ()
+    transaction: tuple[dict[str, Any], ...] = ()
+    published: bool = True
+
+    @property
+    def unclean(self) -> bool:
+        return not self.published and self.failure is not None and self.failure.code in UNCLEAN_CODES
+
+
+def _protocol_error(message: str) -> Outcome:
+    return Outcome("fail", failure=Failure("protocol_error", message), published=False)
+
+
+def read_outcome(fs: Filesystem, control: str, returncode: int | None) -> Outcome:
+    """The outcome of the attempt whose control directory is ``control``."""
+    ready = f"{control}/outcome.ready"
+    if fs.exists(ready):
+        try:
+            return _parse_ready(fs, ready)
+        except (codec.DocumentError, ValidationError, ValueError) as error:
+            return _protocol_error(f"malformed outcome: {error}")
+    return _synthesize(fs, control, returncode)
+
+
+def _synthesize(fs: Filesystem, control: str, returncode: int | None) -> Outcome:
+    error_file = f"{control}/error.json"
+    if fs.exists(error_file):
+        try:
+            error = codec.decode_object(fs.read_bytes(error_file), error_file)
+        except codec.DocumentError:
+            error = {}
+        message = f"{error.get('exception', 'error')}: {error.get('message', '')}".strip()
+        details = {key: error[key] for key in ("step", "exception", "file", "line", "command") if key in error}
+        details["returncode"] = returncode
+        return Outcome(
+            "fail",
+            failure=Failure("runner_error", f"the step raised {message}", details, retryable=True),
+            published=False,
+        )
+    if returncode == 0:
+        return _protocol_error("the runner exited 0 without publishing an outcome")
+    if returncode is not None and returncode < 0:
+        message = f"the runner was killed by signal {-returncode} without publishing an outcome"
+    else:
+        message = f"the runner exited with status {returncode} without publishing an outcome"
+    return Outcome(
+        "fail",
+        failure=Failure("runner_exit", message, {"returncode": returncode}, retryable=True),
+        published=False,
+    )
+
+
+def _parse_ready(fs: Filesystem, ready: str) -> Outcome:
+    name = f"{ready}/outcome.json"
+    document = codec.decode_object(fs.read_bytes(name), name)
+    check = codec.Checked(name)
+    if document.get("format") != OUTCOME_FORMAT or document.get("format_version") != 1:
+        raise check.fail("$.format", f"expected {OUTCOME_FORMAT} version 1")
+    action = document.get("action")
+    if action not in ACTIONS:
+        raise check.fail("$.action", f"expected one of {', '.join(ACTIONS)}")
+    runner_steps = document.get("runner_steps")
+    if runner_steps is not None:
+        if not isinstance(runner_steps, list) or not all(isinstance(step, str) for step in runner_steps):
+            raise check.fail("$.runner_steps", "expected an array of strings")
+        runner_steps = tuple(sorted(runner_steps))
+    step = priority = join = failure = reason = None
+    if action == "advance":
+        try:
+            step = check_step(document.get("next_step") or "")
+        except ValidationError as error:
+            raise check.fail("$.next_step", str(error)) from None
+    if action == "wait":
+        join = _parse_join(check, document.get("join"))
+    if action == "fail":
+        try:
+            failure = Failure.from_json(document.get("failure"))
+        except ValidationError as error:
+            raise check.fail("$.failure", str(error)) from None
+    if action in ("retry", "pause"):
+        reason = check.string(document, "reason", "$", optional=True) or ""
+    if action == "advance":
+        priority = check.integer(document, "priority", "$", optional=True)
+    spawned = _read_spawn(fs, ready)
+    transaction = _read_transaction(fs, ready)
+    if join is not None:
+        labels = {child["label"] for child in spawned}
+        for label in join["children"]:
+            if label not in labels:
+                raise check.fail("$.join.children", f"label {label!r} was not spawned by this attempt")
+    return Outcome(
+        action,
+        step=step,
+        priority=priority,
+        join=join,
+        failure=failure,
+        reason=reason,
+        runner_steps=runner_steps,
+        spawned=tuple(spawned),
+        transaction=tuple(transaction),
+    )
+
+
+def _parse_join(check: codec.Checked, join: Any) -> dict[str, Any]:
+    if not isinstance(join, dict):
+        raise check.fail("$.join", "expected an object")
+    step = check_step(check.string(join, "step", "$.join") or "")
+    when = join.get("when", "all_succeeded")
+    if when not in JOIN_CONDITIONS:
+        raise check.fail("$.join.when", f"expected one of {', '.join(JOIN_CONDITIONS)}")
+    count = join.get("count")
+    if when == "at_least" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        raise check.fail("$.join.count", "at_least needs an int count >= 1")
+    on_impossible = join.get("on_impossible")
+    if on_impossible is not None:
+        check_step(on_impossible)
+    children = check.strings(join, "children", "$.join")
+    return {"step": step, "when": when, "count": count, "on_impossible": on_impossible, "children": children}
+
+
+def _read_spawn(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
+    name = f"{ready}/children/spawn.json"
+    if not fs.exists(name):
+        return []
+    document = codec.decode_object(fs.read_bytes(name), name)
+    check = codec.Checked(name)
+    children = document.get("children")
+    if not isinstance(children, list):
+        raise check.fail("$.children", "expected an array")
+    seen: set[str] = set()
+    out = []
+    for index, child in enumerate(children):
+        path = f"$.children[{index}]"
+        if not isinstance(child, dict):
+            raise check.fail(path, "expected an object")
+        label = check_tag(check.string(child, "label", path) or "", "label")
+        if label in seen:
+            raise check.fail(f"{path}.label", f"duplicate label {label!r}")
+        seen.add(label)
+        out.append(
+            {
+                "label": label,
+                "job_id": check.string(child, "job_id", path),
+                "job_key": check.string(child, "job_key", path),
+                "placement": check.string(child, "placement", path),
+                "payload": check.string(child, "payload", path),
+            }
+        )
+    return out
+
+
+def _read_transaction(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
+    name = f"{ready}/transaction/manifest.json"
+    if not fs.exists(name):
+        return []
+    document = codec.decode_object(fs.read_bytes(name), name)
+    operations = document.get("operations")
+    if not isinstance(operations, list):
+        raise codec.DocumentError(name, "$.operations", "expected an array")
+    return [dict(operation) for operation in operations if isinstance(operation, dict)]

@@ -1,0 +1,129 @@
+"""The waiting pass: resolve joins from the children's terminal notes.
+
+A parent learns its children's outcomes from ``joins/<parent-id>/`` (written by
+whoever made each child terminal), so evaluating a gather of thousands of
+children is one directory listing and never opens the terminal state trees. A
+child with no note whose payload is gone cannot be resolved here; the first
+instant that is seen is persisted in the parent's frame, so the grace survives
+a manager restart. Spec: 001 "Gathering them"; 000 "Unresolvable join children".
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..domain import budgets
+from ..domain.frames import StateFrame
+from ..domain.joins import JoinAction, resolve_join
+from ..domain.lifecycle import Event, StateKind
+from ..domain.model import Failure, JoinSpec
+from .commit import counters_of, new_activation, read_notes
+from .markers import Marker
+from .store import JobDamage
+
+if TYPE_CHECKING:
+    from .manager import Manager
+
+log = logging.getLogger("httk.workflow.manager")
+
+
+class WaitingPass:
+    """Join evaluation for one manager."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.m = manager
+
+    def _kinds(self, frame: StateFrame) -> tuple[dict[str, StateKind | None], dict[str, dict[str, Any]]]:
+        join = frame.join or {}
+        notes = read_notes(self.m.fs, self.m.layout, frame.job_id)
+        kinds: dict[str, StateKind | None] = {}
+        for child in join.get("children", []):
+            note = notes.get(child["job_id"])
+            if note is not None:
+                kinds[child["label"]] = StateKind(note["kind"])
+            elif self.m.fs.exists(self.m.layout.payload(child["placement"], child["job_key"])):
+                kinds[child["label"]] = StateKind.SUBMITTED  # somewhere in the active kinds
+            else:
+                kinds[child["label"]] = None
+        return kinds, notes
+
+    def evaluate(self, marker: Marker) -> bool:
+        """Resolve one waiting job's join; True when it transitioned."""
+        m = self.m
+        try:
+            view = m.store.read_job(marker)
+        except JobDamage as damage:
+            log.warning("waiting job %s unreadable: %s", marker.key, damage)
+            return False
+        frame, spec = view.frame, view.spec
+        join = frame.join
+        if not join or spec is None or not m.owned_by_me(marker):
+            return False
+        kinds, _notes = self._kinds(frame)
+        spec_join = JoinSpec(
+            step=join["step"],
+            when=join.get("when", "all_succeeded"),
+            count=join.get("count"),
+            on_impossible=join.get("on_impossible"),
+            children=tuple((child["label"], child["job_key"]) for child in join.get("children", [])),
+        )
+        decision = resolve_join(
+            spec_join,
+            kinds,
+            first_unresolved_at=join.get("first_unresolved_at"),
+            now=m.clock.now(),
+            grace_seconds=m.config.join_grace_seconds,
+        )
+        action = decision.action
+        if action == JoinAction.WAIT:
+            return False
+        if action == JoinAction.NOTE_UNRESOLVED:
+            log.warning("job %s: children %s cannot be resolved here; failing after %.0fs",
+                        marker.key, ", ".join(decision.unresolved), m.config.join_grace_seconds)
+            return m.finish(marker, frame, Event.JOIN_NOTE,
+                            {"join": {**join, "first_unresolved_at": decision.first_unresolved_at}}) is not None
+        if action in (JoinAction.SATISFIED, JoinAction.IMPOSSIBLE_ADVANCE):
+            step = decision.next_step or join["step"]
+            verdict = budgets.can_advance(spec.retry_policy, counters_of(frame))
+            if not verdict.allowed:
+                failure = Failure(verdict.failure_code or "activations_exhausted", verdict.reason)
+                return m.finish(marker, frame, Event.JOIN_IMPOSSIBLE_FAIL,
+                                {"failure": failure.to_json()}) is not None
+            event = Event.JOIN_SATISFIED if action == JoinAction.SATISFIED else Event.JOIN_IMPOSSIBLE_ADVANCE
+            changes = new_activation(frame, m.ids, step, join={**join, "resolved": action.value}, failure=None)
+            log.info("job %s: join %s; next step %r", marker.key, action.value, step)
+            return m.finish(marker, frame, event, changes) is not None
+        failure = Failure(
+            "dependency_failure",
+            decision.reason,
+            {"blocking": list(decision.blocking), "unresolved": list(decision.unresolved)},
+        )
+        event = Event.JOIN_UNRESOLVABLE if action == JoinAction.UNRESOLVABLE_FAIL else Event.JOIN_IMPOSSIBLE_FAIL
+        log.info("job %s: join failed: %s", marker.key, decision.reason)
+        return m.finish(marker, frame, event, {"failure": failure.to_json()}) is not None
+
+    def children_context(self, frame: StateFrame) -> list[dict[str, Any]]:
+        """The ``children`` of context.json: the join that started this activation, else empty."""
+        join = frame.join
+        if not join or not join.get("resolved"):
+            return []
+        notes = read_notes(self.m.fs, self.m.layout, frame.job_id)
+        layout = self.m.layout
+        out = []
+        for child in join.get("children", []):
+            note = notes.get(child["job_id"], {})
+            payload = layout.payload(child["placement"], child["job_key"])
+            out.append(
+                {
+                    "label": child["label"],
+                    "job_id": child["job_id"],
+                    "job_key": child["job_key"],
+                    "kind": note.get("kind"),
+                    "failure": note.get("failure"),
+                    "payload": payload,
+                    "workdir": note.get("workdir") or layout.persistent_workdir(child["job_id"]),
+                    "data": f"{layout.data_dir(child['job_id'])}/current",
+                }
+            )
+        return out

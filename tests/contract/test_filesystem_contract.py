@@ -1,0 +1,369 @@
+"""One contract for every Filesystem: the POSIX adapter (both rename paths) and the in-memory double."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from httk.workflow.adapters.fs_posix import PosixFilesystem
+from httk.workflow.ports import Filesystem
+from httk.workflow.testing import InMemoryFilesystem
+
+MEMORY_ROOT = "/fake/root"
+
+
+@pytest.fixture(params=["posix", "posix-fallback", "memory"])
+def env(request, tmp_path):
+    """(filesystem, root directory) for each implementation."""
+    if request.param == "memory":
+        fs = InMemoryFilesystem()
+        fs.makedirs(MEMORY_ROOT)
+        return fs, MEMORY_ROOT
+    return PosixFilesystem(use_renameat2=request.param == "posix"), str(tmp_path)
+
+
+def make_symlink(fs, target, path):
+    if isinstance(fs, InMemoryFilesystem):
+        fs.symlink(target, path)
+    else:
+        os.symlink(target, path)
+
+
+def names(fs, directory):
+    return sorted(entry.name for entry in fs.scandir(directory))
+
+
+def test_implements_the_port(env):
+    fs, _ = env
+    assert isinstance(fs, Filesystem)
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_write_atomic_publishes_and_replaces(env, durable):
+    fs, root = env
+    path = f"{root}/a/b/doc.json"
+    fs.write_atomic(path, b"one", durable=durable)
+    assert fs.read_bytes(path) == b"one"
+    fs.write_atomic(path, b"two", durable=durable)
+    assert fs.read_bytes(path) == b"two"
+    assert names(fs, f"{root}/a/b") == ["doc.json"]  # no temp file left behind
+
+
+def test_write_atomic_failure_leaves_nothing(env):
+    fs, root = env
+    fs.makedirs(f"{root}/d/target")
+    with pytest.raises(IsADirectoryError):
+        fs.write_atomic(f"{root}/d/target", b"x", durable=True)
+    assert names(fs, f"{root}/d") == ["target"]
+    assert fs.lstat(f"{root}/d/target").is_dir
+
+
+def test_write_new_refuses_existing(env):
+    fs, root = env
+    path = f"{root}/new/doc"
+    fs.write_new(path, b"first", durable=True)
+    with pytest.raises(FileExistsError):
+        fs.write_new(path, b"second", durable=False)
+    assert fs.read_bytes(path) == b"first"
+    assert names(fs, f"{root}/new") == ["doc"]
+
+
+def test_create_empty(env):
+    fs, root = env
+    path = f"{root}/m/marker"
+    fs.create_empty(path, durable=True)
+    assert fs.read_bytes(path) == b""
+    assert fs.lstat(path).size == 0
+    with pytest.raises(FileExistsError):
+        fs.create_empty(path, durable=False)
+
+
+def test_rename_moves_and_creates_parents(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/s/src", b"x", durable=False)
+    fs.rename(f"{root}/s/src", f"{root}/t/u/dst", durable=True)
+    assert not fs.exists(f"{root}/s/src")
+    assert fs.read_bytes(f"{root}/t/u/dst") == b"x"
+
+
+def test_rename_refuses_to_overwrite_a_file(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/a", b"a", durable=False)
+    fs.write_atomic(f"{root}/b", b"b", durable=False)
+    with pytest.raises(FileExistsError):
+        fs.rename(f"{root}/a", f"{root}/b", durable=False)
+    assert fs.read_bytes(f"{root}/a") == b"a"
+    assert fs.read_bytes(f"{root}/b") == b"b"
+
+
+@pytest.mark.parametrize("destination_content", [None, "file"])
+def test_rename_refuses_to_overwrite_a_directory(env, destination_content):
+    fs, root = env
+    fs.write_atomic(f"{root}/src/inside", b"1", durable=False)
+    fs.makedirs(f"{root}/dst")  # even an empty directory is not replaced
+    if destination_content:
+        fs.write_atomic(f"{root}/dst/other", b"2", durable=False)
+    with pytest.raises(FileExistsError):
+        fs.rename(f"{root}/src", f"{root}/dst", durable=False)
+    assert fs.read_bytes(f"{root}/src/inside") == b"1"
+
+
+def test_rename_directory(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/src/inside", b"1", durable=False)
+    fs.rename(f"{root}/src", f"{root}/moved/here", durable=True)
+    assert fs.read_bytes(f"{root}/moved/here/inside") == b"1"
+    assert not fs.exists(f"{root}/src")
+
+
+def test_rename_reports_a_vanished_source(env):
+    fs, root = env
+    fs.create_empty(f"{root}/marker", durable=False)
+    fs.rename(f"{root}/marker", f"{root}/winner", durable=False)
+    with pytest.raises(FileNotFoundError):
+        fs.rename(f"{root}/marker", f"{root}/loser", durable=False)
+    with pytest.raises(FileNotFoundError):
+        fs.rename(f"{root}/no/such/dir/marker", f"{root}/x", durable=False)
+    assert not fs.exists(f"{root}/loser")
+    assert not fs.exists(f"{root}/x")
+
+
+def test_rename_moves_a_symlink_not_its_target(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/target", b"t", durable=False)
+    make_symlink(fs, "target", f"{root}/link")
+    fs.rename(f"{root}/link", f"{root}/link2", durable=False)
+    assert fs.lstat(f"{root}/link2").is_symlink
+    assert fs.read_bytes(f"{root}/link2") == b"t"
+    assert fs.read_bytes(f"{root}/target") == b"t"
+
+
+def test_appender_offsets_and_reopen(env):
+    fs, root = env
+    path = f"{root}/journal/w1/0.seg"
+    appender = fs.open_appender(path)
+    assert appender.size == 0
+    assert appender.append(b"abc") == 0
+    assert appender.append(b"defgh") == 3
+    assert appender.size == 8
+    appender.sync()
+    appender.close()
+    again = fs.open_appender(path, create=False)
+    assert again.size == 8
+    assert again.append(b"ij") == 8
+    again.sync()
+    again.close()
+    assert fs.read_bytes(path) == b"abcdefghij"
+
+
+def test_appender_without_create_needs_the_file(env):
+    fs, root = env
+    with pytest.raises(FileNotFoundError):
+        fs.open_appender(f"{root}/nope", create=False)
+    with pytest.raises(FileNotFoundError):
+        fs.open_appender(f"{root}/no/dir/nope", create=False)
+
+
+def test_read_range(env):
+    fs, root = env
+    path = f"{root}/data"
+    fs.write_atomic(path, b"0123456789", durable=False)
+    assert fs.read_range(path, 2, 3) == b"234"
+    assert fs.read_range(path, 8, 10) == b"89"  # short read at end of file
+    assert fs.read_range(path, 10, 4) == b""
+    with pytest.raises(FileNotFoundError):
+        fs.read_range(f"{root}/missing", 0, 1)
+
+
+def test_scandir_kinds(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/d/file", b"x", durable=False)
+    fs.makedirs(f"{root}/d/sub")
+    make_symlink(fs, "sub", f"{root}/d/link")
+    entries = {entry.name: entry for entry in fs.scandir(f"{root}/d")}
+    assert sorted(entries) == ["file", "link", "sub"]
+    assert entries["file"].path == f"{root}/d/file"
+
+    def kind(name):
+        return entries[name].is_file, entries[name].is_dir, entries[name].is_symlink
+
+    assert kind("file") == (True, False, False)
+    assert kind("sub") == (False, True, False)
+    assert kind("link") == (False, False, True)
+
+
+def test_scandir_of_missing_or_non_directory_yields_nothing(env):
+    fs, root = env
+    assert list(fs.scandir(f"{root}/missing")) == []
+    assert list(fs.scandir(f"{root}/missing/deeper")) == []
+    fs.write_atomic(f"{root}/file", b"", durable=False)
+    assert list(fs.scandir(f"{root}/file")) == []
+    assert list(fs.scandir(f"{root}/file/below")) == []
+
+
+def test_lstat(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/f", b"12345", durable=False)
+    make_symlink(fs, "f", f"{root}/link")
+    make_symlink(fs, "nowhere", f"{root}/dangling")
+    info = fs.lstat(f"{root}/f")
+    assert (info.size, info.is_file, info.is_dir, info.is_symlink) == (5, True, False, False)
+    assert isinstance(info.uid, int) and info.mtime > 0
+    link = fs.lstat(f"{root}/link")
+    assert (link.is_symlink, link.is_file, link.is_dir) == (True, False, False)
+    assert fs.lstat(root).is_dir
+    assert fs.lstat(f"{root}/missing") is None
+    assert fs.lstat(f"{root}/f/below") is None
+    assert fs.exists(f"{root}/dangling")  # a name, even when it points nowhere
+    assert not fs.exists(f"{root}/missing")
+
+
+def test_readlink(env):
+    fs, root = env
+    make_symlink(fs, "../somewhere/else", f"{root}/link")
+    fs.write_atomic(f"{root}/f", b"", durable=False)
+    assert fs.readlink(f"{root}/link") == "../somewhere/else"
+    with pytest.raises(FileNotFoundError):
+        fs.readlink(f"{root}/missing")
+    with pytest.raises(OSError):
+        fs.readlink(f"{root}/f")
+
+
+def test_lstat_reports_permission_bits(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/f", b"", durable=False)
+    assert fs.lstat(f"{root}/f").mode & 0o111 == 0
+    fs.makedirs(f"{root}/d")
+    assert fs.lstat(f"{root}/d").mode & 0o700 == 0o700
+
+
+def test_makedirs_remove_rmdir(env):
+    fs, root = env
+    fs.makedirs(f"{root}/x/y")
+    fs.makedirs(f"{root}/x/y")
+    fs.write_atomic(f"{root}/x/y/f", b"", durable=False)
+    with pytest.raises(FileExistsError):
+        fs.makedirs(f"{root}/x/y/f")
+    with pytest.raises(OSError):
+        fs.rmdir(f"{root}/x/y")  # not empty
+    fs.remove(f"{root}/x/y/f")
+    with pytest.raises(FileNotFoundError):
+        fs.remove(f"{root}/x/y/f")
+    fs.rmdir(f"{root}/x/y")
+    assert names(fs, f"{root}/x") == []
+
+
+def test_rmtree(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/t/a/b/c", b"x", durable=False)
+    make_symlink(fs, "a", f"{root}/t/link")
+    fs.rmtree(f"{root}/t")
+    assert not fs.exists(f"{root}/t")
+    fs.rmtree(f"{root}/t")  # missing is fine
+    fs.write_atomic(f"{root}/single", b"x", durable=False)
+    fs.rmtree(f"{root}/single")
+    assert not fs.exists(f"{root}/single")
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_copy_tree_of_a_tree(env, durable):
+    fs, root = env
+    fs.write_atomic(f"{root}/src/a.txt", b"a", durable=False)
+    fs.write_atomic(f"{root}/src/sub/b.txt", b"b", durable=False)
+    fs.makedirs(f"{root}/src/empty")
+    make_symlink(fs, "a.txt", f"{root}/src/link")
+    fs.copy_tree(f"{root}/src", f"{root}/out/copy", durable=durable)
+    assert names(fs, f"{root}/out") == ["copy"]  # no temp sibling left
+    assert names(fs, f"{root}/out/copy") == ["a.txt", "empty", "link", "sub"]
+    assert fs.read_bytes(f"{root}/out/copy/sub/b.txt") == b"b"
+    assert fs.lstat(f"{root}/out/copy/link").is_symlink
+    assert fs.read_bytes(f"{root}/out/copy/link") == b"a"
+    assert fs.read_bytes(f"{root}/src/a.txt") == b"a"
+
+
+def test_copy_tree_of_a_file_and_refusal(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/f", b"content", durable=False)
+    fs.copy_tree(f"{root}/f", f"{root}/g", durable=True)
+    assert fs.read_bytes(f"{root}/g") == b"content"
+    with pytest.raises(FileExistsError):
+        fs.copy_tree(f"{root}/f", f"{root}/g", durable=False)
+    with pytest.raises(FileNotFoundError):
+        fs.copy_tree(f"{root}/missing", f"{root}/h", durable=False)
+    assert names(fs, root) == ["f", "g"]
+
+
+def test_sync_tree_and_fsync_dir(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/s/a/f", b"x", durable=False)
+    make_symlink(fs, "a", f"{root}/s/link")
+    fs.sync_tree(f"{root}/s")
+    fs.sync_tree(f"{root}/s/a/f")
+    fs.fsync_dir(f"{root}/s")
+    with pytest.raises(FileNotFoundError):
+        fs.fsync_dir(f"{root}/missing")
+
+
+def test_retry_until_returns_at_once_when_ready(env):
+    fs, _ = env
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return "ready"
+
+    assert fs.retry_until(probe, 5.0) == "ready"
+    assert len(calls) == 1
+
+
+def test_retry_until_gives_up_after_the_deadline(env):
+    fs, _ = env
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return None
+
+    assert fs.retry_until(probe, 0.05) is None
+    # 10 ms, 20 ms, then a final probe at the deadline: at least four probes in all.
+    assert len(calls) >= 4
+
+
+def test_retry_until_sees_a_late_arrival(env):
+    fs, root = env
+    calls = []
+
+    def probe():
+        calls.append(1)
+        if len(calls) == 3:
+            fs.write_atomic(f"{root}/late", b"here", durable=False)
+        return fs.lstat(f"{root}/late")
+
+    assert fs.retry_until(probe, 5.0).size == 4
+    assert len(calls) == 3
+
+
+def test_concurrent_renames_of_one_source_have_exactly_one_winner(env):
+    fs, root = env
+    fs.create_empty(f"{root}/q/marker", durable=False)
+    results = []
+    barrier = threading.Barrier(8)
+
+    def contender(index):
+        barrier.wait()
+        try:
+            fs.rename(f"{root}/q/marker", f"{root}/r/{index}", durable=False)
+            results.append("won")
+        except FileNotFoundError:
+            results.append("lost")
+
+    threads = [threading.Thread(target=contender, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == ["lost"] * 7 + ["won"]
+    assert len(names(fs, f"{root}/r")) == 1
+    assert names(fs, f"{root}/q") == []
