@@ -173,6 +173,12 @@ class FakeAttempt:
         }
 
 
+@pytest.fixture(name="workspace_spec")
+def workspace_spec_fixture() -> Any:
+    """The :func:`workspace_spec` factory, for tests (conftest is not importable by name)."""
+    return workspace_spec
+
+
 @pytest.fixture
 def make_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """``make_attempt(step, spec=..., children=..., settings=...)`` -> :class:`FakeAttempt`."""

@@ -35,7 +35,8 @@ CHECKER = textwrap.dedent(
         elif mode == "crash":
             raise SystemExit("checker crashed")
         elif "ERROR" in event["line"]:
-            emit(action="stop", reason="error line", diagnosis={"source": event["source"], "line": event["line"]})
+            diagnosis = {"source": event["source"], "line": event["line"]}
+            emit(action="stop", reason="error line", diagnosis=diagnosis)
         elif "WARN" in event["line"]:
             emit(action="continue", reason="warning seen", diagnosis={"line": event["line"]})
         else:
@@ -104,9 +105,7 @@ def test_success_streams_output_and_writes_the_report(tmp_path):
 
 
 def test_nonzero_exit_is_class_22(tmp_path):
-    result = ProcessSupervisor(
-        [PY, "-c", "raise SystemExit(3)"], cwd=tmp_path, report_path=tmp_path / "r.json"
-    ).run()
+    result = ProcessSupervisor([PY, "-c", "raise SystemExit(3)"], cwd=tmp_path, report_path=tmp_path / "r.json").run()
     assert (result.status, result.exit_class, result.returncode) == ("failed", 22, 3)
     assert json.loads((tmp_path / "r.json").read_text())["exit_class"] == 22
 
@@ -173,16 +172,19 @@ def test_steady_output_is_not_inactivity(tmp_path):
 
 
 def test_output_without_a_path_reaches_our_own_streams(tmp_path, capfd):
-    result = ProcessSupervisor(
-        ["sh", "-c", "echo to-out; echo to-err >&2"], cwd=tmp_path, inactivity_timeout=5
-    ).run()
+    result = ProcessSupervisor(["sh", "-c", "echo to-out; echo to-err >&2"], cwd=tmp_path, inactivity_timeout=5).run()
     assert result.exit_class == 0
     captured = capfd.readouterr()
     assert "to-out" in captured.out and "to-err" in captured.err
 
 
 def test_checker_stop_is_class_125_with_its_diagnosis(tmp_path, checker):
-    program = "import time\nprint('fine', flush=True)\nprint('WARN soft', flush=True)\nprint('an ERROR here', flush=True)\ntime.sleep(30)\n"
+    program = (
+        "import time\n"
+        "for line in ('fine', 'WARN soft', 'an ERROR here'):\n"
+        "    print(line, flush=True)\n"
+        "time.sleep(30)\n"
+    )
     started = time.monotonic()
     result = ProcessSupervisor([PY, "-c", program], cwd=tmp_path, checkers=[checker()], timeout=20).run()
     assert time.monotonic() - started < 10
@@ -206,9 +208,7 @@ def test_checker_stop_is_class_125_with_its_diagnosis(tmp_path, checker):
 
 
 def test_a_verdict_on_the_last_lines_still_classifies_the_run(tmp_path, checker):
-    result = ProcessSupervisor(
-        ["sh", "-c", "echo ERROR at the end"], cwd=tmp_path, checkers=[checker()]
-    ).run()
+    result = ProcessSupervisor(["sh", "-c", "echo ERROR at the end"], cwd=tmp_path, checkers=[checker()]).run()
     assert result.returncode == 0
     assert (result.status, result.exit_class, result.report["stop"]["reason"]) == (
         "stopped",
@@ -235,7 +235,7 @@ def test_stderr_lines_reach_the_checker(tmp_path, checker):
 def test_a_broken_checker_stops_the_run_and_is_recorded(tmp_path, checker, mode, message):
     started = time.monotonic()
     result = ProcessSupervisor(
-        ["sh", "-c", "echo hello; sleep 30"], cwd=tmp_path, checkers=[checker(mode)]
+        ["sh", "-c", "echo hello; echo again; echo third; sleep 30"], cwd=tmp_path, checkers=[checker(mode)]
     ).run()
     assert time.monotonic() - started < 10
     assert (result.status, result.exit_class) == ("stopped", 125)
@@ -270,9 +270,7 @@ def test_followed_file_lines_reach_the_checker(tmp_path, checker):
 
 def test_a_followed_file_created_later_is_read_from_its_start(tmp_path, checker):
     program = "with open('later.log', 'w') as f:\n    f.write('one\\ntwo without newline')\n"
-    result = ProcessSupervisor(
-        [PY, "-c", program], cwd=tmp_path, follow=["later.log"], checkers=[checker()]
-    ).run()
+    result = ProcessSupervisor([PY, "-c", program], cwd=tmp_path, follow=["later.log"], checkers=[checker()]).run()
     assert result.exit_class == 0
     assert [(e["source"], e["line"]) for e in events(tmp_path)] == [
         ("later.log", "one"),
@@ -281,10 +279,13 @@ def test_a_followed_file_created_later_is_read_from_its_start(tmp_path, checker)
 
 
 def test_followed_file_output_counts_as_activity(tmp_path):
-    program = "import time\nwith open('log', 'a') as f:\n    for i in range(8):\n        f.write(f'{i}\\n'); f.flush(); time.sleep(0.1)\n"
-    result = ProcessSupervisor(
-        [PY, "-c", program], cwd=tmp_path, follow=["log"], inactivity_timeout=0.6
-    ).run()
+    program = (
+        "import time\n"
+        "with open('log', 'a') as f:\n"
+        "    for i in range(8):\n"
+        "        f.write(f'{i}\\n'); f.flush(); time.sleep(0.1)\n"
+    )
+    result = ProcessSupervisor([PY, "-c", program], cwd=tmp_path, follow=["log"], inactivity_timeout=0.6).run()
     assert result.exit_class == 0
 
 
@@ -303,3 +304,17 @@ def test_a_program_that_cannot_start_raises_after_reporting(tmp_path, checker):
     report = json.loads((tmp_path / "process-report.json").read_text())
     assert (report["status"], report["exit_class"], report["returncode"]) == ("failed", 125, None)
     assert "could not start" in report["errors"][0]["message"]
+
+
+def test_a_checker_that_cannot_start_prevents_the_run(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        ProcessSupervisor(["sh", "-c", "touch ran"], cwd=tmp_path, checkers=[[str(tmp_path / "no-such-checker")]]).run()
+    assert not (tmp_path / "ran").exists()
+    assert json.loads((tmp_path / "process-report.json").read_text())["exit_class"] == 125
+
+
+def test_checkers_sharing_an_executable_are_named_apart(tmp_path, checker):
+    result = ProcessSupervisor(["true"], cwd=tmp_path, checkers=[checker(), checker()]).run()
+    names = [entry["name"] for entry in result.report["checkers"]]
+    assert names == [f"{Path(PY).name}#1", f"{Path(PY).name}#2"]
+    assert result.exit_class == 0

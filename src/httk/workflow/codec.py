@@ -46,7 +46,8 @@ def decode(data: bytes, document: str) -> Any:
     except UnicodeDecodeError as error:
         raise DocumentError(document, "$", f"not UTF-8 ({error.reason})") from None
     except json.JSONDecodeError as error:
-        raise DocumentError(document, "$", f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+        problem = f"not JSON ({error.msg} at line {error.lineno} column {error.colno})"
+        raise DocumentError(document, "$", problem) from None
 
 
 def decode_object(data: bytes, document: str) -> dict[str, Any]:

@@ -207,6 +207,12 @@ class ProcessControl(Protocol):
     def signal_group(self, pgid: int, signum: int) -> bool:
         """Signal a process group; ``False`` when it no longer exists."""
 
+    def terminate_group(self, pgid: int) -> bool:
+        """SIGTERM a process group; ``False`` when it no longer exists."""
+
+    def kill_group(self, pgid: int) -> bool:
+        """SIGKILL a process group; ``False`` when it no longer exists."""
+
     def group_alive(self, pgid: int) -> bool:
         """Whether any non-zombie member of the process group still exists."""
 

@@ -276,6 +276,7 @@ class Attempt:
         return self._context.data_mode or self._job.data_mode
 
     def _check_transactional(self, call: str) -> None:
+        self._draft.check_open()
         if self._data_mode() != "transactional":
             raise RuntimeError(
                 f"{call}() stages transactional data, but this job has data mode {self._data_mode()!r}; "

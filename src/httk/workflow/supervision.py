@@ -45,7 +45,7 @@ FORMAT_VERSION = 1
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_TIMEOUT, EXIT_STOPPED = 0, 22, 124, 125
 
 CHECKER_CLOSE_TIMEOUT = 5.0
-"""Seconds checkers get, after their input is closed, to emit their last results and exit."""
+"""Seconds a checker may go without reading its remaining events, or without exiting once they are read."""
 
 _READ_SIZE = 1 << 16
 _FOLLOW_CHUNK = 1 << 22
@@ -205,6 +205,7 @@ class _Session:
         self.leader_exited = self.stray = self.killed = self.cleaned = False
         self.term_at: float | None = None
         self.returncode: int | None = None
+        self.fed = 0  # bytes of events written to checkers: their progress through a backlog
         self.started_at, self.start = time.time(), time.monotonic()
         self.last_activity = self.start
 
@@ -453,10 +454,11 @@ class _Session:
             checker.stdin.close()
             return
         del checker.pending[:written]
+        self.fed += written
 
     def _results(self, checker: _Checker, lines: list[str]) -> None:
         for line in lines:
-            if not line.strip():
+            if checker.broken or not line.strip():  # a broken checker's later output is not evidence
                 continue
             problem, result = _parse_result(line)
             if problem is not None:
@@ -474,6 +476,8 @@ class _Session:
                 checker.dropped += 1
 
     def _checker_error(self, checker: _Checker, message: str) -> None:
+        if checker.broken:
+            return  # its first error is the one that explains the stop
         self.errors.append({"source": f"checker:{checker.name}", "message": message})
         checker.broken = True
         self._request_stop(f"checker:{checker.name}", f"checker error: {message}")
@@ -491,8 +495,10 @@ class _Session:
     def _close_checkers(self) -> None:
         for checker in self.checkers:
             checker.closing = True
-        deadline = time.monotonic() + CHECKER_CLOSE_TIMEOUT
+        deadline, fed = time.monotonic() + CHECKER_CLOSE_TIMEOUT, self.fed
         while any(c.stdout_open or c.stderr_open or c.stdin_open for c in self.checkers):
+            if self.fed != fed:  # a slow checker still working through its backlog is not stuck
+                deadline, fed = time.monotonic() + CHECKER_CLOSE_TIMEOUT, self.fed
             if time.monotonic() >= deadline:
                 for checker in self.checkers:
                     if checker.stdout_open or checker.stdin_open:

@@ -301,6 +301,14 @@ class LocalProcessControl:
         except ChildProcessError:
             pass
 
+    def terminate_group(self, pgid: int) -> bool:
+        """SIGTERM a process group; False when it no longer exists."""
+        return self.signal_group(pgid, signal.SIGTERM)
+
+    def kill_group(self, pgid: int) -> bool:
+        """SIGKILL a process group; False when it no longer exists."""
+        return self.signal_group(pgid, signal.SIGKILL)
+
     def wait_any(self, processes: Sequence[GatedProcess], timeout: float) -> None:
         """Block until one of ``processes`` exits or ``timeout`` passes."""
         wait_any(processes, timeout)

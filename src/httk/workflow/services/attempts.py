@@ -122,7 +122,6 @@ def seed_workdir(fs: Filesystem, payload: str, workdir: str, staging: str, *, du
         fs.copy_tree(entry.path, f"{staging}/{entry.name}", durable=False)
     if durable:
         fs.sync_tree(staging)
-    fs.makedirs(posixpath.dirname(workdir))
     try:
         fs.rename(staging, workdir, durable=durable)
     except FileExistsError:

@@ -11,7 +11,6 @@ comes from the domain's budgets. Spec: 001 "What an attempt publishes",
 
 from __future__ import annotations
 
-import posixpath
 from typing import Any
 
 import attrs
@@ -81,7 +80,8 @@ def decide(outcome: Outcome, frame: StateFrame, spec: JobSpec, ids: Ids) -> Deci
     if action == "wait":
         assert outcome.join is not None
         join = {**outcome.join, "children": _join_children(outcome), "first_unresolved_at": None}
-        return Decision(Event.COMMIT_WAIT, released(join=join, failure=None, **base), f"waiting on {len(join['children'])}")
+        changes = released(join=join, failure=None, **base)
+        return Decision(Event.COMMIT_WAIT, changes, f"waiting on {len(join['children'])} children")
     if action == "advance":
         assert outcome.step is not None
         verdict = budgets.can_advance(policy, counters)
@@ -150,7 +150,6 @@ def create_children(
             link = {"job_id": parent.job_id, "job_key": str(parent.key), "placement": parent.placement,
                     "label": child["label"]}
             fs.write_atomic(f"{source}/{PRIVATE_DIR}/{PARENT_FILE}", codec.encode(link), durable=durable)
-            fs.makedirs(posixpath.dirname(destination))
             try:
                 fs.rename(source, destination, durable=durable)
                 moved_now = True

@@ -87,7 +87,7 @@ class JournalWriter:
             self._appender.close()
         self._segment += 1
         path = segment_path(self._dir, self.writer_id, self._segment)
-        self._fs.makedirs(f"{self._dir}/{self.writer_id}")
+        # The appender creates the writer directory and syncs it with the first frame.
         appender = self._fs.open_appender(path)
         if appender.size == 0:
             appender.append(SEGMENT_HEADER)

@@ -162,10 +162,8 @@ class Manager:
         log.warning("signal %d: draining (no new claims; committing for %.0fs)", signum, self.config.drain_timeout)
         self.draining = True
         self.drain_deadline = self.clock.monotonic() + self.config.drain_timeout
-        import signal as _signal
-
         for running in self.running.values():
-            self.proc.signal_group(running.process.identity.pgid, _signal.SIGTERM)
+            self.proc.terminate_group(running.process.identity.pgid)
 
     def banner(self) -> str:
         return (
@@ -383,8 +381,13 @@ class Manager:
             stderr_path=f"{plan.control}/stderr.log",
         )
         identity = launched.identity
-        process = {"host": identity.host, "pid": identity.pid, "start_ticks": identity.start_ticks, "pgid": identity.pgid,
-                   "control": plan.control}
+        process = {
+            "host": identity.host,
+            "pid": identity.pid,
+            "start_ticks": identity.start_ticks,
+            "pgid": identity.pgid,
+            "control": plan.control,
+        }
         try:
             running, frame = self.store.transition(claimed, frame, Event.LAUNCH, process=process)
         except LostRace:

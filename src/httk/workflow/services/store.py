@@ -89,7 +89,7 @@ class Store:
     def create_submitted(self, placement: str, key: JobKey, priority: int) -> Marker:
         """Publish the generation-0 ``submitted`` marker of a payload already in place."""
         marker = Marker(StateKind.SUBMITTED, placement, key, priority, 0, INIT_REF)
-        self.fs.makedirs(f"{self.layout.kind_dir(StateKind.SUBMITTED)}/{placement}")
+        # create_empty makes missing placement directories itself, durably when asked.
         self.fs.create_empty(self.marker_path(marker), durable=self.config.durable)
         return marker
 
@@ -177,7 +177,9 @@ class Store:
         return JobView(marker, frame, spec, error)
 
     # -- transitions -------------------------------------------------------------------------
-    def transition(self, marker: Marker, current: StateFrame, event: Event, **changes: Any) -> tuple[Marker, StateFrame]:
+    def transition(
+        self, marker: Marker, current: StateFrame, event: Event, **changes: Any
+    ) -> tuple[Marker, StateFrame]:
         """Apply ``event``: append the new frame, then rename the marker onto it.
 
         Raises :class:`LostRace` when the old marker is gone (nothing is changed

@@ -69,7 +69,6 @@ def submit(
     destination = workspace.layout.payload(placement, str(key))
     if fs.exists(destination):
         raise SubmissionError(f"{destination}: already exists")
-    fs.makedirs(posixpath.dirname(destination))
     durable = workspace.durable
     if move:
         fs.rename(source, destination, durable=durable)

@@ -53,13 +53,11 @@ def apply_transaction(
             continue
         destination = f"{data}/{_safe_destination(operation.get('destination'))}"
         if fs.lstat(destination) is not None:
-            fs.makedirs(trash)
             fs.rename(destination, f"{trash}/{op_id}", durable=durable)
         if operation.get("op") == "put":
             source = f"{staged_root}/{operation.get('source')}"
             temp = f"{posixpath.dirname(destination)}/.{posixpath.basename(destination)}.{op_id}.tmp"
             fs.rmtree(temp)
-            fs.makedirs(posixpath.dirname(destination))
             fs.copy_tree(source, temp, durable=durable)
             fs.rename(temp, destination, durable=durable)
         elif operation.get("op") == "remove":

@@ -140,6 +140,9 @@ class WorkspaceService:
             fs.makedirs(directory)
         for sub in REQUEST_DIRS:
             fs.makedirs(f"{layout.requests}/{sub}")
+        if durable:
+            fs.sync_tree(layout.control)
+            fs.fsync_dir(layout.root)
         # format.json last: its presence is what makes the directory a workspace.
         try:
             fs.write_new(layout.format_file, codec.encode(document), durable=durable)

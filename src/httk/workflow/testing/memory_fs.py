@@ -1,4 +1,4 @@
-"""Public test doubles: :class:`FakeClock` and :class:`InMemoryFilesystem`.
+"""The in-memory filesystem double (see the package docstring for the contract).
 
 They implement the ports in memory and pass the same contract suite as the real
 adapters. The invariant they protect is honesty about POSIX: renames are atomic and
@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 from httk.workflow.ports import Clock, Entry, FileStat
 
+from .clock import FakeClock
+
 T = TypeVar("T")
 
 _DIR, _FILE, _LINK = "dir", "file", "symlink"
@@ -29,34 +31,6 @@ _Resolved = tuple["_Inode | None", str, "_Inode | None"]  # (parent directory, f
 _FIRST_PAUSE = 0.01
 _MAX_PAUSE = 0.5
 _MAX_SYMLINK_HOPS = 40
-
-
-class FakeClock:
-    """A :class:`~httk.workflow.ports.Clock` that moves only when told (``sleep`` or ``advance``)."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self._now = start
-        # Monotonic time starts elsewhere, so code that mixes the two clocks shows up in tests.
-        self._monotonic = 1_000.0
-
-    def now(self) -> float:
-        """Fake seconds since the epoch."""
-        return self._now
-
-    def monotonic(self) -> float:
-        """Fake monotonic seconds; advances together with :meth:`now`."""
-        return self._monotonic
-
-    def sleep(self, seconds: float) -> None:
-        """Advance time by ``seconds`` instead of waiting."""
-        self.advance(seconds)
-
-    def advance(self, seconds: float) -> None:
-        """Move both clocks forward by ``seconds``."""
-        if seconds < 0:
-            raise ValueError("time cannot go backwards")
-        self._now += seconds
-        self._monotonic += seconds
 
 
 class SimulatedCrash(Exception):

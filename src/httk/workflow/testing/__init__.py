@@ -1,0 +1,23 @@
+"""Public test doubles for the ports, and a container that wires them.
+
+:class:`FakeClock`, :class:`InMemoryFilesystem` and :class:`SequentialIds`
+implement the ports in memory and pass the same contract suite as the real
+adapters. The in-memory filesystem is honest about POSIX: renames are atomic and
+fenced, a name or a byte survives :meth:`InMemoryFilesystem.crash` only if it
+was fsynced, and a lagging reader does not see a name before its lag elapsed.
+"""
+
+from __future__ import annotations
+
+from ..services.workspaces import Ports
+from .clock import FakeClock
+from .ids import SequentialIds
+from .memory_fs import InMemoryFilesystem, SimulatedCrash
+
+__all__ = ["FakeClock", "InMemoryFilesystem", "Ports", "SequentialIds", "SimulatedCrash", "memory_ports"]
+
+
+def memory_ports(*, clock: FakeClock | None = None, uid: int = 1000) -> Ports:
+    """Ports over a fresh in-memory filesystem, a fake clock and sequential ids."""
+    chosen = clock or FakeClock()
+    return Ports(fs=InMemoryFilesystem(clock=chosen, uid=uid), clock=chosen, ids=SequentialIds())

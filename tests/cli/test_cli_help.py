@@ -1,0 +1,120 @@
+"""Every command has --help; the console scripts are installed; the alias tree shares command objects."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from httk.workflow.cli.main import httk, taskmanager, workflow
+
+
+def walk(command: click.Command, path: tuple[str, ...] = ()):
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, child in sorted(command.commands.items()):
+            yield from walk(child, (*path, name))
+
+
+COMMANDS = [path for path, _ in walk(httk)] + [("--taskmanager--", *path) for path, _ in walk(taskmanager)]
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(path) or "httk")
+def test_every_command_has_help(path):
+    root = httk
+    if path and path[0] == "--taskmanager--":
+        root, path = taskmanager, path[1:]
+    result = CliRunner().invoke(root, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Usage:")
+    command = root
+    for name in path:
+        command = command.commands[name]
+    summary = command.get_short_help_str(limit=200)
+    assert summary and summary in " ".join(result.stdout.split())
+    if not isinstance(command, click.Group):
+        assert "Exit status:" in result.stdout
+
+
+def test_expected_command_tree():
+    paths = {" ".join(path) for path, _ in walk(httk)}
+    for expected in (
+        "workflow workspace init",
+        "workflow workspace status",
+        "workflow workspace policy show",
+        "workflow workspace policy set",
+        "workflow workspace settings show",
+        "workflow workspace settings set",
+        "workflow workspace settings unset",
+        "workflow runner publish",
+        "workflow job submit",
+        "workflow job list",
+        "workflow job show",
+        "workflow job log",
+        "workflow manager run",
+        "workflow run",
+    ):
+        assert expected in paths
+
+
+def test_taskmanager_aliases_are_the_same_command_objects():
+    groups = workflow.commands
+    assert taskmanager.commands["init"] is groups["workspace"].commands["init"]
+    assert taskmanager.commands["submit"] is groups["job"].commands["submit"]
+    assert taskmanager.commands["status"] is groups["workspace"].commands["status"]
+    assert taskmanager.commands["run"] is groups["run"] is groups["manager"].commands["run"]
+    request = groups["job"].commands.get("request")
+    assert taskmanager.commands.get("request") is request
+
+
+def test_root_group_creates_its_context_when_none_is_supplied(tmp_path):
+    result = CliRunner().invoke(
+        httk, ["workflow", "workspace", "init", str(tmp_path / "ws"), "--json"], env={"XDG_DATA_HOME": str(tmp_path)}
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["name"] == "ws"
+
+
+def script(name: str) -> str:
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        pytest.skip(f"console script {name} is not installed next to {sys.executable}")
+    return str(path)
+
+
+def test_console_scripts_run(tmp_path):
+    env = {"XDG_DATA_HOME": str(tmp_path / "xdg"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for name in ("httk", "httk-taskmanager"):
+        done = subprocess.run([script(name), "--help"], capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0 and "Usage:" in done.stdout, done.stderr
+    target = tmp_path / "ws"
+    done = subprocess.run(
+        [script("httk"), "workflow", "workspace", "init", str(target), "--name", "alpha"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (target / ".httk-workflow" / "format.json").is_file()
+    done = subprocess.run(
+        [script("httk-taskmanager"), "status", str(target), "--json"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["name"] == "alpha"
+    done = subprocess.run(
+        [script("httk-taskmanager"), "init", str(tmp_path / "other")], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0 and "initialized" in done.stdout, done.stderr
+    refused = subprocess.run(
+        [script("httk"), "workflow", "workspace", "status", str(tmp_path / "nothing")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert refused.returncode == 2 and refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
