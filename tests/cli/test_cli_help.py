@@ -17,8 +17,13 @@ from httk.workflow.cli.main import httk, taskmanager, workflow
 def walk(command: click.Command, path: tuple[str, ...] = ()):
     yield path, command
     if isinstance(command, click.Group):
-        for name, child in sorted(command.commands.items()):
-            yield from walk(child, (*path, name))
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            yield from walk(command.get_command(ctx, name), (*path, name))
+
+
+def child(group: click.Group, name: str) -> click.Command | None:
+    return group.get_command(click.Context(group), name)
 
 
 COMMANDS = [path for path, _ in walk(httk)] + [("--taskmanager--", *path) for path, _ in walk(taskmanager)]
@@ -34,7 +39,7 @@ def test_every_command_has_help(path):
     assert result.stdout.startswith("Usage:")
     command = root
     for name in path:
-        command = command.commands[name]
+        command = child(command, name)
     summary = command.get_short_help_str(limit=200)
     assert summary and summary in " ".join(result.stdout.split())
     if not isinstance(command, click.Group):
@@ -64,12 +69,14 @@ def test_expected_command_tree():
 
 def test_taskmanager_aliases_are_the_same_command_objects():
     groups = workflow.commands
-    assert taskmanager.commands["init"] is groups["workspace"].commands["init"]
-    assert taskmanager.commands["submit"] is groups["job"].commands["submit"]
-    assert taskmanager.commands["status"] is groups["workspace"].commands["status"]
-    assert taskmanager.commands["run"] is groups["run"] is groups["manager"].commands["run"]
+    assert child(taskmanager, "init") is groups["workspace"].commands["init"]
+    assert child(taskmanager, "submit") is groups["job"].commands["submit"]
+    assert child(taskmanager, "status") is groups["workspace"].commands["status"]
+    assert child(taskmanager, "run") is groups["run"] is groups["manager"].commands["run"]
     request = groups["job"].commands.get("request")
-    assert taskmanager.commands.get("request") is request
+    assert child(taskmanager, "request") is request
+    listed = taskmanager.list_commands(click.Context(taskmanager))
+    assert listed == sorted(["init", "run", "status", "submit", *(["request"] if request else [])])
 
 
 def test_root_group_creates_its_context_when_none_is_supplied(tmp_path):

@@ -143,3 +143,13 @@ def test_status_counts_every_kind(cli, workspace, handle, submitted, make_payloa
     cli("job", "submit", workspace, str(other), "--placement", "q")
     counts = cli.json("workspace", "status", workspace)["counts"]
     assert counts["ready"] == 1 and counts["submitted"] == 1 and counts["failed"] == 0
+
+
+def test_an_unreadable_job_json_is_reported(cli, workspace, submitted):
+    job_file = Path(workspace) / "p" / submitted / "job.json"
+    job_file.write_text("{not json")
+    result = cli("job", "show", workspace, submitted, "--json", code=1)
+    report = json.loads(result.stdout)
+    assert report["job_error"]["code"] == "invalid_job" and "not JSON" in report["job_error"]["message"]
+    assert report["kind"] == "submitted" and report["budgets"] is None and report["job_digest"] is not None
+    assert "invalid_job" in cli("job", "show", workspace, submitted, code=1).stdout

@@ -214,3 +214,53 @@ def test_run_in_the_workdir_and_refuse_shell_strings(make_attempt):
         a.run("echo hi")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"argv\[1\]"):
         a.run(["echo", 1])  # type: ignore[list-item]
+
+
+def test_a_durable_attempt_publishes_everything(make_attempt, workspace_spec):
+    from httk.workflow import ChildSpec
+
+    attempt = make_attempt("start", spec=workspace_spec(data_mode="transactional"), durable=True)
+
+    def handler(a):
+        with a.workdir_batch() as batch:
+            batch.write("f", "x")
+        a.put(a.workdir / "f", "f")
+        a.spawn(ChildSpec(step="start"), label="child")
+        a.state["k"] = 1
+        a.log.append("note", "durable")
+        a.gather("start")
+
+    assert runner_with(handler).main([]) == 0
+    assert attempt.outcome()["action"] == "wait"
+    assert (attempt.ready / "transaction" / "files" / "op-0001").read_text(encoding="utf-8") == "x"
+    assert attempt.spawned()["children"][0]["label"] == "child"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_sigterm_to_the_runner_takes_the_command_group_down_first(make_attempt, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    attempt = make_attempt("start")
+    script = tmp_path / "runner.py"
+    script.write_text(
+        "from httk.workflow import Runner\n"
+        "run = Runner('demo')\n"
+        "@run.step\n"
+        "def start(a):\n"
+        "    a.run(['sh', '-c', 'echo $$ > leader.pid; sleep 30 & sleep 30'])\n"
+        "    a.succeed()\n"
+        "raise SystemExit(run.main())\n",
+        encoding="utf-8",
+    )
+    runner = subprocess.Popen([sys.executable, str(script)], env=dict(os.environ))
+    pid_file = attempt.workdir / "leader.pid"
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text(encoding="utf-8").strip()):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=20) == -signal.SIGTERM
+    assert _live_members(int(pid_file.read_text(encoding="utf-8"))) == []
+    assert not attempt.ready.exists()

@@ -74,11 +74,7 @@ def fake_tools(bin_dir: Path) -> None:
     bin_dir.mkdir()
     tools = {
         "characterize": "#!/bin/sh\nprintf '[[0,0,0],[1,1,1],[2,2,2]]' > sites.json\n",
-        "relax": (
-            "#!/bin/sh\n"
-            'case "$2" in *1,*1,*1*) exit 1;; esac\n'
-            'printf \'{"energy": -1.5}\' > energy.json\n'
-        ),
+        "relax": ('#!/bin/sh\ncase "$2" in *1,*1,*1*) exit 1;; esac\nprintf \'{"energy": -1.5}\' > energy.json\n'),
     }
     for name, text in tools.items():
         (bin_dir / name).write_text(text, encoding="utf-8")
@@ -155,5 +151,7 @@ def test_the_defect_campaign_step_by_step(make_attempt, workspace_spec, monkeypa
     assert parent.outcome() == parent.expected("fail", steps, failure=failure)
     state = json.loads((parent.payload / ".httk-job" / "state.json").read_bytes())
     assert state == {"sites": 3, "failed": ["site-1"]}
-    (event,) = [json.loads(line) for line in (parent.workdir / ".httk-runner" / "runlog.jsonl").read_bytes().splitlines()]
+    (event,) = [
+        json.loads(line) for line in (parent.workdir / ".httk-runner" / "runlog.jsonl").read_bytes().splitlines()
+    ]
     assert (event["label"], event["message"], event["step"]) == ("triage", "1 of 3 sites did not relax", "triage")

@@ -225,7 +225,11 @@ def test_a_raising_handler_leaves_error_json_and_no_outcome(make_attempt):
     assert set(error) == {"format", "format_version", "step", "exception", "message", "traceback"}
     assert error["format"] == "httk-workflow-runner-error"
     assert error["format_version"] == 1
-    assert (error["step"], error["exception"], error["message"]) == ("start", "ValueError", "the structure is not a crystal")
+    assert (error["step"], error["exception"], error["message"]) == (
+        "start",
+        "ValueError",
+        "the structure is not a crystal",
+    )
     assert "Traceback" in error["traceback"] and "ValueError" in error["traceback"]
 
 
@@ -270,7 +274,10 @@ def test_steps_are_unchecked_when_the_attempt_has_no_step_set(make_attempt):
     ("kwargs", "join"),
     [
         ({}, {"when": "all_succeeded", "count": None, "on_impossible": None}),
-        ({"when": "all_terminal", "on_impossible": "start"}, {"when": "all_terminal", "count": None, "on_impossible": "start"}),
+        (
+            {"when": "all_terminal", "on_impossible": "start"},
+            {"when": "all_terminal", "count": None, "on_impossible": "start"},
+        ),
         ({"when": "any_succeeded"}, {"when": "any_succeeded", "count": None, "on_impossible": None}),
         ({"when": "at_least", "count": 2}, {"when": "at_least", "count": 2, "on_impossible": None}),
     ],

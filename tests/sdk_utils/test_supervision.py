@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from httk.workflow import codec
+from httk.workflow import codec, supervision
 from httk.workflow.supervision import ProcessSupervisor
 
 PY = sys.executable
@@ -318,3 +318,14 @@ def test_checkers_sharing_an_executable_are_named_apart(tmp_path, checker):
     names = [entry["name"] for entry in result.report["checkers"]]
     assert names == [f"{Path(PY).name}#1", f"{Path(PY).name}#2"]
     assert result.exit_class == 0
+
+
+def test_a_stuck_checker_is_an_error_and_is_killed(tmp_path, monkeypatch):
+    monkeypatch.setattr(supervision, "CHECKER_CLOSE_TIMEOUT", 0.5)
+    stuck = ["sh", "-c", "sleep 30 & echo $! > checker.pid; wait"]
+    started = time.monotonic()
+    result = ProcessSupervisor(["sh", "-c", "sleep 0.2; echo done"], cwd=tmp_path, checkers=[stuck]).run()
+    assert time.monotonic() - started < 5
+    assert (result.status, result.exit_class, result.stopped_by) == ("stopped", 125, "checker:sh")
+    assert "did not finish" in result.report["errors"][0]["message"]
+    assert gone(int((tmp_path / "checker.pid").read_text()))

@@ -61,9 +61,7 @@ def _copy(source: Path, destination: Path) -> None:
 def write_error(control: Path, document: dict[str, Any], *, durable: bool) -> Path:
     """Publish ``error.json`` (``httk-workflow-runner-error`` v1) in the control directory."""
     path = control / "error.json"
-    atomic_write(
-        path, codec.encode({"format": ERROR_FORMAT, "format_version": 1, **document}), durable=durable
-    )
+    atomic_write(path, codec.encode({"format": ERROR_FORMAT, "format_version": 1, **document}), durable=durable)
     return path
 
 
@@ -181,17 +179,13 @@ class OutcomeDraft:
         draft = self.ensure()
         op_id = f"op-{len(self.operations) + 1:04d}"
         _copy(source, draft / "transaction" / "files" / op_id)
-        self._add_operation(
-            {"id": op_id, "op": "put", "destination": destination, "source": f"files/{op_id}"}
-        )
+        self._add_operation({"id": op_id, "op": "put", "destination": destination, "source": f"files/{op_id}"})
         return op_id
 
     def add_remove(self, destination: str, missing_ok: bool) -> str:
         self.ensure()
         op_id = f"op-{len(self.operations) + 1:04d}"
-        self._add_operation(
-            {"id": op_id, "op": "remove", "destination": destination, "missing_ok": missing_ok}
-        )
+        self._add_operation({"id": op_id, "op": "remove", "destination": destination, "missing_ok": missing_ok})
         return op_id
 
     def _add_operation(self, operation: dict[str, Any]) -> None:
@@ -270,9 +264,7 @@ class WorkdirBatch:
 
     def rename(self, source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
         """Stage a rename that replaces ``destination``."""
-        self.operations.append(
-            {"op": "rename", "path": self._path(source), "destination": self._path(destination)}
-        )
+        self.operations.append({"op": "rename", "path": self._path(source), "destination": self._path(destination)})
 
     def seal(self) -> Path | None:
         """Make the batch durable under ``workdir-ready/<uuid>/``; ``None`` for an empty batch."""
@@ -326,9 +318,7 @@ def _apply_one(workdir: Path, batch: Path, operation: dict[str, Any], *, durable
     kind = operation.get("op")
     target = workdir / check_relative(operation["path"], "workdir path")
     if kind == "write":
-        _replace_with_copy(
-            batch / check_relative(operation["staged"], "staged file"), target, durable=durable
-        )
+        _replace_with_copy(batch / check_relative(operation["staged"], "staged file"), target, durable=durable)
     elif kind == "remove":
         _remove(target)
     elif kind == "rename":
@@ -339,9 +329,7 @@ def _apply_one(workdir: Path, batch: Path, operation: dict[str, Any], *, durable
                 shutil.rmtree(destination)
             os.replace(target, destination)
         elif not os.path.lexists(destination):
-            raise FileNotFoundError(
-                f"workdir batch {batch.name}: cannot rename missing {operation['path']!r}"
-            )
+            raise FileNotFoundError(f"workdir batch {batch.name}: cannot rename missing {operation['path']!r}")
     else:
         raise ValueError(f"workdir batch {batch.name}: unknown op {kind!r}")
     if durable:

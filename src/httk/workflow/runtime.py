@@ -202,8 +202,7 @@ class AttemptContext:
         if not isinstance(raw_children, list):
             raise check.fail("$.children", f"expected array, got {codec.type_name(raw_children)}")
         children = tuple(
-            ChildResult.from_json(item, f"$.children[{index}]", name)
-            for index, item in enumerate(raw_children)
+            ChildResult.from_json(item, f"$.children[{index}]", name) for index, item in enumerate(raw_children)
         )
 
         def text(key: str) -> str | None:

@@ -116,9 +116,7 @@ class Attempt:
         self._labels: list[str] = []
 
     @classmethod
-    def initialize(
-        cls, steps: frozenset[str] | None = None, environ: Mapping[str, str] | None = None
-    ) -> Attempt:
+    def initialize(cls, steps: frozenset[str] | None = None, environ: Mapping[str, str] | None = None) -> Attempt:
         """Bind to the attempt the ``HTTK_WORKFLOW_*`` environment names; replay sealed workdir batches."""
         env = os.environ if environ is None else environ
         for name in _REQUIRED_ENV:
@@ -130,9 +128,7 @@ class Attempt:
         context = AttemptContext.load(env["HTTK_WORKFLOW_CONTEXT"])
         env_step = env.get("HTTK_WORKFLOW_STEP")
         if env_step and env_step != context.step:
-            raise RuntimeError(
-                f"HTTK_WORKFLOW_STEP={env_step!r} disagrees with context.json step {context.step!r}"
-            )
+            raise RuntimeError(f"HTTK_WORKFLOW_STEP={env_step!r} disagrees with context.json step {context.step!r}")
         data_dir = env.get("HTTK_WORKFLOW_DATA_DIR") or (os.fspath(context.data) if context.data else "")
         attempt = cls(
             context,
@@ -409,9 +405,7 @@ class Attempt:
             if not isinstance(count, int) or isinstance(count, bool) or count < 1:
                 raise ValueError(f"gather(when='at_least') needs count >= 1, got {count!r}")
             if count > len(self._labels):
-                raise ValueError(
-                    f"gather(when='at_least', count={count}) but only {len(self._labels)} spawned"
-                )
+                raise ValueError(f"gather(when='at_least', count={count}) but only {len(self._labels)} spawned")
         elif count is not None:
             raise ValueError(f"join condition {when!r} takes no count")
         if not self._labels:
@@ -498,9 +492,7 @@ class Runner:
     def step(self, function: Handler, /) -> Handler: ...
 
     @overload
-    def step(
-        self, function: str | None = None, /, *, name: str | None = None
-    ) -> Callable[[Handler], Handler]: ...
+    def step(self, function: str | None = None, /, *, name: str | None = None) -> Callable[[Handler], Handler]: ...
 
     def step(self, function: Any = None, /, *, name: str | None = None) -> Any:
         """Register a handler: ``@run.step``, ``@run.step(name="x")`` or ``@run.step("x")``."""
@@ -543,19 +535,9 @@ class Runner:
             return 2
         _ensure_logging()
         attempt = Attempt.initialize(steps=self.steps)
-        self._record_steps(attempt)
+        record_runner_steps(attempt.payload, self._workflow, self.steps, durable=attempt.context.durable)
         self._dispatch(attempt)
         return 0
-
-    def _record_steps(self, attempt: Attempt) -> None:
-        data = codec.encode({"steps": sorted(self._handlers), "workflow": self._workflow})
-        path = attempt.payload / PRIVATE_DIR / RUNNER_STEPS_FILE
-        try:
-            if path.read_bytes() == data:
-                return
-        except FileNotFoundError:
-            pass
-        atomic_write(path, data, durable=attempt.context.durable)
 
     def _dispatch(self, attempt: Attempt) -> None:
         step = attempt.step
@@ -590,11 +572,22 @@ class Runner:
             attempt.fail("no_outcome", f"step {step!r} returned without publishing an outcome")
 
 
+def record_runner_steps(payload: Path, workflow: str, steps: frozenset[str] | set[str], *, durable: bool) -> bool:
+    """Write ``.httk-job/runner-steps.json`` unless it already holds these bytes; report whether it wrote."""
+    data = codec.encode({"steps": sorted(steps), "workflow": workflow})
+    path = payload / PRIVATE_DIR / RUNNER_STEPS_FILE
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    atomic_write(path, data, durable=durable)
+    return True
+
+
 def _ensure_logging() -> None:
     import logging
 
     root = logging.getLogger()
     if not root.handlers:
-        logging.basicConfig(
-            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
-        )
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")

@@ -21,6 +21,4 @@ def default_workspace_path(environ: Mapping[str, str]) -> str:
     if not data_home or not posixpath.isabs(data_home):
         home = environ.get("HOME") or os.path.expanduser("~")
         data_home = posixpath.join(home, ".local", "share")
-    return posixpath.normpath(
-        posixpath.join(data_home, "httk-workflow", "workspaces", DEFAULT_WORKSPACE_NAME)
-    )
+    return posixpath.normpath(posixpath.join(data_home, "httk-workflow", "workspaces", DEFAULT_WORKSPACE_NAME))

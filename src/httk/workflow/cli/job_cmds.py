@@ -19,12 +19,12 @@ from ..services.submission import submit as submit_payload
 from .context import AppContext, pass_app
 from .render import (
     EXIT_CODES,
-    EXIT_CODES_DAMAGE,
     EXIT_NEEDS_OPERATOR,
     Group,
     emit_json,
     emit_pairs,
     emit_table,
+    exit_codes_damage,
     timestamp,
     value_text,
 )
@@ -49,15 +49,11 @@ def split_workspace(ctx: click.Context, args: Sequence[str], what: str) -> tuple
 @job.command("submit", epilog=EXIT_CODES)
 @click.argument("args", nargs=-1, metavar="[WORKSPACE] PAYLOAD")
 @click.option("--placement", required=True, help="Relative path below the workspace, e.g. project-a/00/17.")
-@click.option(
-    "--move", is_flag=True, help="Rename the payload into place (same filesystem) instead of copying."
-)
+@click.option("--move", is_flag=True, help="Rename the payload into place (same filesystem) instead of copying.")
 @click.option("--tag", help="Tag for the job key (default: the tag in job.json, if any).")
 @JSON_OPTION
 @pass_app
-def submit(
-    app: AppContext, args: tuple[str, ...], placement: str, move: bool, tag: str | None, as_json: bool
-) -> None:
+def submit(app: AppContext, args: tuple[str, ...], placement: str, move: bool, tag: str | None, as_json: bool) -> None:
     """Submit a prepared payload directory and print the new job's key."""
     workspace, payload = split_workspace(click.get_current_context(), args, "PAYLOAD")
     handle = app.open_workspace(workspace)
@@ -109,7 +105,7 @@ def list_jobs(
     )
 
 
-@job.command("show", epilog=EXIT_CODES_DAMAGE)
+@job.command("show", epilog=exit_codes_damage("state frame or job.json"))
 @click.argument("args", nargs=-1, metavar="[WORKSPACE] JOB")
 @JSON_OPTION
 @pass_app
@@ -126,7 +122,7 @@ def show(app: AppContext, args: tuple[str, ...], as_json: bool) -> None:
         emit_json(report)
     else:
         _show_text(report)
-    if report["damage"] is not None:
+    if report["damage"] is not None or report["job_error"] is not None:
         ctx.exit(EXIT_NEEDS_OPERATOR)
 
 
@@ -157,9 +153,7 @@ def _show_text(report: dict[str, Any]) -> None:
         ("pause requested", report.get("pause_requested")),
     ]
     if damage is not None:
-        pairs.append(
-            ("damage", f"{damage['code']}: {damage['message']} (run 'httk workflow workspace fsck')")
-        )
+        pairs.append(("damage", f"{damage['code']}: {damage['message']} (run 'httk workflow workspace fsck')"))
     if report["job_error"] is not None:
         pairs.append(("job.json", f"{report['job_error']['code']}: {report['job_error']['message']}"))
     failure = report.get("failure")
@@ -187,7 +181,7 @@ def _show_text(report: dict[str, Any]) -> None:
     emit_pairs([(name, value) for name, value in report["paths"].items() if name != "workdir_exists"], "  ")
 
 
-@job.command("log", epilog=EXIT_CODES_DAMAGE)
+@job.command("log", epilog=exit_codes_damage("state frame"))
 @click.argument("args", nargs=-1, metavar="[WORKSPACE] JOB")
 @click.option("--limit", type=click.IntRange(min=1), help="Show only the newest N state frames.")
 @JSON_OPTION

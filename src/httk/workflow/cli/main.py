@@ -1,9 +1,10 @@
 """The console scripts: ``httk`` (group ``workflow``) and ``httk-taskmanager``.
 
 ``httk-taskmanager`` is an alias tree: its ``init``, ``submit``, ``run``,
-``status`` (and ``request``, once ``job request`` exists) are the very command
-objects of the canonical spelling, so the two cannot disagree. Spec: 000 (every
-command is spelled ``httk workflow ...``; the alias maps onto the same tree).
+``status`` and ``request`` (once ``job request`` exists) are the very command
+objects of the canonical spelling, looked up when invoked, so the two spellings
+cannot disagree. Spec: 000 (every command is spelled ``httk workflow ...``; the
+alias maps onto the same tree).
 """
 
 from __future__ import annotations
@@ -34,17 +35,10 @@ def workflow() -> None:
 for _command in (workspace, job, runner, manager):
     workflow.add_command(_command)
 workflow.add_command(run, "run")
+del _command
 
 
-@click.group("httk-taskmanager", cls=Group)
-@click.version_option(package_name="httk-workflow")
-@click.pass_context
-def taskmanager(ctx: click.Context) -> None:
-    """Task manager shortcuts: aliases of 'httk workflow' commands."""
-    ensure_app(ctx)
-
-
-ALIASES = {
+ALIASES: dict[str, tuple[str, ...]] = {
     "init": ("workspace", "init"),
     "submit": ("job", "submit"),
     "run": ("run",),
@@ -62,10 +56,24 @@ def _lookup(path: tuple[str, ...]) -> click.Command | None:
     return command
 
 
-# ``request`` is mapped only if ``job request`` is registered by the time this module loads.
-for _alias, _path in ALIASES.items():
-    _target = _lookup(_path)
-    if _target is not None:
-        taskmanager.add_command(_target, _alias)
+class AliasGroup(Group):
+    """A group whose commands are looked up in the ``workflow`` tree when asked for.
 
-del _command, _alias, _path, _target
+    Resolving at call time rather than import time means an alias whose target is
+    registered later (``job request``) appears without this module knowing when.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name, path in ALIASES.items() if _lookup(path) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        path = ALIASES.get(cmd_name)
+        return _lookup(path) if path is not None else None
+
+
+@click.group("httk-taskmanager", cls=AliasGroup)
+@click.version_option(package_name="httk-workflow")
+@click.pass_context
+def taskmanager(ctx: click.Context) -> None:
+    """Task manager shortcuts: aliases of 'httk workflow' commands."""
+    ensure_app(ctx)

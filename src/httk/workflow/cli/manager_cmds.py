@@ -13,15 +13,14 @@ from typing import Any, TypeVar
 
 import click
 
+from ..domain.model import check_placement
 from .context import AppContext, pass_app
 from .render import EXIT_CODES_RUN, Group
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _OPTIONS: tuple[Callable[[Any], Any], ...] = (
-    click.option(
-        "--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Concurrent attempts."
-    ),
+    click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Concurrent attempts."),
     click.option(
         "--pool",
         "pools",
@@ -70,9 +69,7 @@ _OPTIONS: tuple[Callable[[Any], Any], ...] = (
         default=False,
         help="Keep serving when idle, or exit once nothing this manager can progress remains (default).",
     ),
-    click.option(
-        "--idle-timeout", type=click.FloatRange(min=0), help="Exit after this many seconds without progress."
-    ),
+    click.option("--idle-timeout", type=click.FloatRange(min=0), help="Exit after this many seconds without progress."),
     click.option(
         "--runner-search-path",
         "runner_search_paths",
@@ -125,7 +122,8 @@ def run(app: AppContext, workspace: str | None, **options: Any) -> None:
         workers=options["workers"],
         pools=tuple(options["pools"]) or ("default",),
         capabilities=tuple(options["capabilities"]),
-        placement_prefixes=tuple(options["placement_prefixes"]),
+        # Validated here because a prefix becomes a directory below every kind tree.
+        placement_prefixes=tuple(check_placement(prefix) for prefix in options["placement_prefixes"]),
         lease_seconds=options["lease_seconds"],
         takeover_grace_factor=options["takeover_grace_factor"],
         unsafe_persistent_takeover=options["unsafe_persistent_takeover"],

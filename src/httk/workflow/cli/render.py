@@ -43,12 +43,19 @@ ANTICIPATED: tuple[type[BaseException], ...] = (
 
 # ``\b`` keeps click from re-wrapping the lines of an epilog.
 EXIT_CODES = "\b\nExit status:\n  0  success\n  2  refused or bad input (one 'error: ...' line on stderr)"
-EXIT_CODES_DAMAGE = (
-    "\b\nExit status:\n  0  success\n  1  a state frame is damaged: run 'httk workflow workspace fsck'\n"
-    "  2  refused or bad input (one 'error: ...' line on stderr)"
-)
+
+
+def exit_codes_damage(what: str) -> str:
+    """The epilog of an inspection command that exits 1 when it reported ``what`` as damaged."""
+    return (
+        f"\b\nExit status:\n  0  success\n  1  a damaged {what} was reported: see 'workspace fsck'\n"
+        "  2  refused or bad input (one 'error: ...' line on stderr)"
+    )
+
+
 EXIT_CODES_RUN = (
-    "\b\nExit status:\n  the manager's own status: 0 after a clean idle exit or drain\n"
+    "\b\nExit status:\n  0  the manager exited idle or drained cleanly\n"
+    "  *  otherwise the manager's own exit status\n"
     "  2  refused or bad input before the manager started (one 'error: ...' line on stderr)"
 )
 

@@ -33,9 +33,7 @@ def runner() -> None:
 @click.option("--replace", is_flag=True, help="Replace a stored name whose content differs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reference as JSON only (it is JSON anyway).")
 @pass_app
-def publish(
-    app: AppContext, path: str, workspace: str | None, name: str | None, replace: bool, as_json: bool
-) -> None:
+def publish(app: AppContext, path: str, workspace: str | None, name: str | None, replace: bool, as_json: bool) -> None:
     """Publish a runner file or directory and print the reference to embed in job.json."""
     handle = app.open_workspace(workspace)
     source = app.absolute(path)

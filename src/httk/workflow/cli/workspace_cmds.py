@@ -73,8 +73,8 @@ def status(app: AppContext, workspace: str | None, as_json: bool) -> None:
         return
     durability = "durable" if report["durable"] else "not durable"
     click.echo(f"workspace {report['name']} at {report['path']} ({durability}, id {report['workspace_id']})")
-    emit_table(["kind", "jobs"], [[kind, count] for kind, count in report["counts"].items()])
-    click.echo(f"total  {report['total']}")
+    rows = [[kind, count] for kind, count in report["counts"].items()]
+    emit_table(["kind", "jobs"], [*rows, ["total", report["total"]]])
     for damage in report["damage"]:
         click.echo(f"damage {damage['code']}: {damage['path']}: {damage['message']}")
 

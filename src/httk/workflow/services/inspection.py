@@ -26,9 +26,9 @@ from .markers import INIT_REF, Marker
 from .store import JobDamage, Store
 from .workspaces import WorkspaceHandle
 
-#: A resolution that finds nothing is retried this often, because an exhaustive
+#: A resolution that finds nothing scans once more, because an exhaustive
 #: walk of the kinds in order can miss a job that moved backwards (committing → ready) under it.
-_RESOLVE_SCANS = 3
+_RESOLVE_SCANS = 2
 _MAX_LISTED_MATCHES = 20
 _ATTEMPT_DIR = re.compile(r"^[0-9]{4,}-")
 
@@ -61,9 +61,12 @@ def _describe_match(marker: Marker) -> str:
 
 
 def resolve_job(handle: WorkspaceHandle, selector: str) -> Marker:
-    """The current marker of the one job ``selector`` names: a job uuid, a ``tag--uuid`` key,
-    or a unique prefix of either. Raises :class:`SelectorError` on no match or an ambiguous one."""
-    wanted = selector.strip()
+    """The current marker of the one job ``selector`` names.
+
+    ``selector`` is a job uuid, a ``tag--uuid`` key, or a unique prefix of either;
+    :class:`SelectorError` when it matches no job or more than one.
+    """
+    wanted = selector.strip().lower()  # keys and uuids are lowercase by construction
     if not wanted:
         raise SelectorError("empty job selector: give a job uuid, a tag--uuid key, or a unique prefix")
     store = handle.store
@@ -276,9 +279,7 @@ def show_job(handle: WorkspaceHandle, marker: Marker) -> dict[str, Any]:
     return report
 
 
-def _frame_part(
-    store: Store, marker: Marker, frame: StateFrame | None, spec: JobSpec | None
-) -> dict[str, Any]:
+def _frame_part(store: Store, marker: Marker, frame: StateFrame | None, spec: JobSpec | None) -> dict[str, Any]:
     if frame is None:
         return {"step": None, "budgets": None, "join": None, "children": None, "failure": None}
     join = frame.join
@@ -343,11 +344,7 @@ def _readable_older(store: Store, job_id: str, below: int) -> tuple[str, dict[st
                 if ref is None or not isinstance(document, dict) or document.get("job_id") != job_id:
                     continue
                 generation = document.get("generation")
-                if (
-                    isinstance(generation, int)
-                    and generation < below
-                    and (best is None or generation >= best[0])
-                ):
+                if isinstance(generation, int) and generation < below and (best is None or generation >= best[0]):
                     best = (generation, str(ref), document)
     return None if best is None else (best[1], best[2])
 
@@ -382,8 +379,7 @@ def job_log(handle: WorkspaceHandle, marker: Marker, limit: int | None = None) -
                     ref,
                     expected,
                     "identity_mismatch",
-                    f"frame names job {document.get('job_id')} g{generation}, "
-                    f"expected {marker.job_id} g{expected}",
+                    f"frame names job {document.get('job_id')} g{generation}, expected {marker.job_id} g{expected}",
                 )
             )
             return list(reversed(newest_first))

@@ -1,0 +1,59 @@
+"""The root of httk.workflow: its exports, their laziness, and what a runner's import pulls in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httk.workflow as root
+
+HEAVY = ("click", "dependency_injector", "fabric", "cryptography")
+
+
+def test_root_exports():
+    assert set(root.__all__) >= {
+        "Runner",
+        "Attempt",
+        "ChildSpec",
+        "RunnerRef",
+        "ChildResult",
+        "JobSpec",
+        "prepare_job_payload",
+        "Failure",
+        "Workspace",
+        "supervision",
+        "runtime_utils",
+        "protocol",
+        "runtime",
+    }
+    from httk.workflow import Failure, JobSpec, protocol, runtime
+    from httk.workflow.domain.model import Failure as DomainFailure
+
+    assert Failure is DomainFailure
+    assert JobSpec is protocol.JobSpec
+    assert root.ChildSpec is runtime.ChildSpec
+    assert "Runner" in dir(root)
+
+
+def test_importing_a_runner_stays_light():
+    code = (
+        "import json, sys\n"
+        "from httk.workflow import Runner, ChildSpec\n"
+        "print(json.dumps(sorted(m for m in sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    modules = set(json.loads(result.stdout))
+    heavy = {m for m in modules if m.split(".")[0] in HEAVY}
+    assert heavy == set()
+    lazy = {"httk.workflow.workspace", "httk.workflow.cli", "httk.workflow.services", "subprocess", "uuid"}
+    assert modules.isdisjoint(lazy)
+
+
+def test_unknown_root_attribute():
+    try:
+        root.does_not_exist  # noqa: B018
+    except AttributeError as error:
+        assert "does_not_exist" in str(error)
+    else:
+        raise AssertionError("expected AttributeError")
