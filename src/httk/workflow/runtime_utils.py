@@ -188,7 +188,7 @@ def render_template(
     template line.
     """
     template_path = Path(template)
-    text = template_path.read_text(encoding="utf-8")
+    text = template_path.read_bytes().decode("utf-8")  # not read_text: keep line endings byte for byte
     if isinstance(values, Mapping):
         document: Mapping[str, Any] = values
     else:

@@ -148,7 +148,17 @@ class _Checker:
 
 
 class ProcessSupervisor:
-    """Run ``argv`` supervised by timeouts, an inactivity watch and checker programs; see the module."""
+    """Run ``argv`` supervised by timeouts, an inactivity watch and checker programs.
+
+    ``timeout`` bounds the wall-clock run (exit class 124); ``inactivity_timeout``
+    stops a program that wrote nothing to stdout, stderr or a followed file for
+    that long (125). ``follow`` names files to tail, from their end at start or
+    from their beginning if created later. Each checker is an argv that reads
+    checker events on stdin and writes checker results on stdout. Output goes to
+    ``stdout_path``/``stderr_path``, or to this process's own streams. The
+    program's stdin is ``/dev/null``. Relative paths are relative to ``cwd``,
+    where the program and the checkers run.
+    """
 
     def __init__(
         self,
@@ -173,18 +183,20 @@ class ProcessSupervisor:
                 raise ValueError(f"{name} must be positive, got {value}")
         if poll_interval <= 0 or kill_grace < 0:
             raise ValueError("poll_interval must be positive and kill_grace non-negative")
-        self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self.cwd = Path(cwd if cwd is not None else ".").absolute()
         self.env = dict(env) if env is not None else None
         self.timeout, self.inactivity_timeout = timeout, inactivity_timeout
         self.follow = tuple(os.fspath(path) for path in follow)
-        self.stdout_path = Path(stdout_path) if stdout_path is not None else None
-        self.stderr_path = Path(stderr_path) if stderr_path is not None else None
-        self.report_path = Path(report_path) if report_path is not None else self.cwd / "process-report.json"
+        self.stdout_path = self.cwd / stdout_path if stdout_path is not None else None
+        self.stderr_path = self.cwd / stderr_path if stderr_path is not None else None
+        self.report_path = self.cwd / (report_path if report_path is not None else "process-report.json")
         self.poll_interval, self.kill_grace = poll_interval, kill_grace
 
     def run(self) -> SupervisedResult:
-        """Run to the end and write the report. A program or checker that cannot start raises ``OSError``
-        after the report recording it is written."""
+        """Run to the end and write the report.
+
+        A program or checker that cannot start raises ``OSError`` once the report recording it is written.
+        """
         return _Session(self).run()
 
 
@@ -227,7 +239,6 @@ class _Session:
             self._cleanup()
         return self._publish()
 
-    # -- starting ---------------------------------------------------------------------------
 
     def _start_checkers(self) -> None:
         names = [os.path.basename(argv[0]) for argv in self.config.checkers]
@@ -265,7 +276,6 @@ class _Session:
             pidfd = os.pidfd_open(self.process.pid)
             self.selector.register(open(pidfd, "rb", buffering=0), selectors.EVENT_READ, ("exit", None))
 
-    # -- the loop ---------------------------------------------------------------------------
 
     def _supervise(self) -> None:
         config, process = self.config, self.process
@@ -371,7 +381,6 @@ class _Session:
             for line in follower.lines.flush():
                 self._event(follower.name, line)
 
-    # -- stopping ---------------------------------------------------------------------------
 
     def _request_stop(self, by: str, reason: str, diagnosis: Mapping[str, Any] | None = None) -> None:
         # The first reason wins; a verdict after the program exited still classifies the run.
@@ -411,7 +420,6 @@ class _Session:
                 stream.close()
         self.selector.close()
 
-    # -- checkers ---------------------------------------------------------------------------
 
     def _event(self, source: str, line: str) -> None:
         if not self.checkers:
@@ -512,7 +520,6 @@ class _Session:
                 self._checker_error(checker, f"did not exit within {CHECKER_CLOSE_TIMEOUT} s")
         self._check_checkers()
 
-    # -- the report -------------------------------------------------------------------------
 
     def _publish(self) -> SupervisedResult:
         config = self.config
