@@ -71,7 +71,11 @@ def test_scan_sees_the_package() -> None:
     assert "domain.lifecycle" in names and "services.store" in names and "bootstrap" in names
 
 
-@pytest.mark.parametrize(("name", "path"), [item for item in ALL if item[0].startswith("domain.")], ids=lambda v: str(v))
+DOMAIN = [item for item in ALL if item[0].startswith("domain.")]
+SERVICES = [item for item in ALL if item[0].startswith("services.")]
+
+
+@pytest.mark.parametrize(("name", "path"), DOMAIN, ids=lambda v: str(v))
 def test_domain_is_pure(name: str, path: Path) -> None:
     for module in imports_of(path, name):
         top = module.split(".")[0]
@@ -82,7 +86,7 @@ def test_domain_is_pure(name: str, path: Path) -> None:
         assert not module.startswith("httk."), f"domain module {name} imports {module} from outside domain/"
 
 
-@pytest.mark.parametrize(("name", "path"), [item for item in ALL if item[0].startswith("services.")], ids=lambda v: str(v))
+@pytest.mark.parametrize(("name", "path"), SERVICES, ids=lambda v: str(v))
 def test_services_use_ports_only(name: str, path: Path) -> None:
     for module in imports_of(path, name):
         assert not module.startswith("httk.workflow.adapters"), f"{name} imports the adapter {module}"

@@ -135,6 +135,12 @@ def test_render_template_reads_values_from_a_json_file(tmp_path):
     assert render_template(tmp_path / "t", str(tmp_path / "v.json")) == "x"
 
 
+def test_render_template_keeps_line_endings(tmp_path):
+    (tmp_path / "t").write_bytes(b"a\r\n{{ x }}\r\n")
+    render_template(tmp_path / "t", {"x": 1}, tmp_path / "out")
+    assert (tmp_path / "out").read_bytes() == b"a\r\n1\r\n"
+
+
 def test_render_template_missing_member_names_placeholder_and_line(tmp_path):
     template = tmp_path / "job.tmpl"
     template.write_text("first\nsecond {{ settings.kpoints }}\n")
