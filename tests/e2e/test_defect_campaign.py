@@ -54,8 +54,9 @@ def test_campaign_triage_branch_when_a_relax_fails(tmp_path, campaign_env, capsy
     assert parent["failure"]["code"] == "campaign_incomplete"
     assert parent["failure"]["details"] == {"failed": ["site-1", "site-3"]}
     children = inspection.list_jobs(workspace.handle, kinds=["failed"])
+    handle = workspace.handle
     codes = sorted(
-        inspection.show_job(workspace.handle, inspection.resolve_job(workspace.handle, job["job_key"]))["failure"]["code"]
+        inspection.show_job(handle, inspection.resolve_job(handle, job["job_key"]))["failure"]["code"]
         for job in children
     )
     assert codes == ["campaign_incomplete", "relax_diverged", "relax_diverged"]

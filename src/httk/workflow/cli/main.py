@@ -15,6 +15,7 @@ from .context import ensure_app
 from .job_cmds import job
 from .manager_cmds import manager, run
 from .render import Group
+from .request_cmds import request as _request  # noqa: F401  (registers ``job request``)
 from .runner_cmds import runner
 from .workspace_cmds import workspace
 

@@ -19,6 +19,7 @@ from .. import codec
 from ..domain.model import ValidationError
 from ..services.inspection import SelectorError
 from ..services.policy import PolicyError
+from ..services.requests import RequestError
 from ..services.runners import RunnerStoreError
 from ..services.store import JobDamage
 from ..services.submission import SubmissionError
@@ -38,6 +39,7 @@ ANTICIPATED: tuple[type[BaseException], ...] = (
     ValidationError,
     JobDamage,
     SelectorError,
+    RequestError,
     OSError,
 )
 

@@ -21,11 +21,13 @@ from ..domain.lifecycle import ACTIVE_KINDS, Event, StateKind, next_kind
 from ..domain.scheduling import Candidate, Offer, Requirements, best_within_window, mismatches
 from ..ports import LaunchedProcess, ProcessControl
 from .attempts import AttemptPlan, LaunchRefused, LaunchSettings, prepare_attempt
+from .cancellation import Cancellation
 from .commit import Decision, clear_note, create_children, decide, note_for_parent
 from .discovery import Discovery
 from .markers import Marker
 from .outcomes import Outcome, read_outcome
 from .recovery import Recovery
+from .requests import RequestProcessor
 from .store import JobDamage, JobView, LostRace
 from .summary import summarize
 from .transactions import apply_transaction
@@ -115,6 +117,8 @@ class Manager:
         self.manager_dir = f"{self.layout.managers}/{self.id}"
         self.waiting = WaitingPass(self)
         self.recovery = Recovery(self)
+        self.requests = RequestProcessor(self)
+        self.cancellation = Cancellation(self)
         # Idle detection: a kind is quiet when its last full cycle saw no progress.
         self._seq = 0
         self._last_progress = 0
@@ -135,21 +139,24 @@ class Manager:
         status = 0
         while not self.stop_now:
             progress = self.tick()
-            if progress or self.running:
+            busy = bool(self.running or self.cancellation.pending)
+            if progress or busy:
                 started_quiet = self.clock.monotonic()
             if self.draining:
                 if not self.running or self.clock.monotonic() >= (self.drain_deadline or 0):
                     log.info("drain complete; exiting with %d attempt(s) left to lease recovery", len(self.running))
                     break
-            elif not self.running and all(self._quiet.values()) and not self.config.idle:
+            elif not busy and all(self._quiet.values()) and not self.config.idle:
                 break
-            elif self.config.idle_timeout is not None and not self.running:
+            elif self.config.idle_timeout is not None and not busy:
                 if self.clock.monotonic() - started_quiet >= self.config.idle_timeout:
                     status = self._idle_timeout_advice()
                     break
             self._maybe_gc()
             if not progress:
-                self.proc.wait_any([r.process for r in self.running.values()], self.config.poll_interval)
+                # Pending cancellations are polled, so their wait is short; otherwise block on exits.
+                timeout = 0.05 if self.cancellation.pending else self.config.poll_interval
+                self.proc.wait_any([r.process for r in self.running.values()], timeout)
         self.heartbeat(force=True, stopped=True)
         self.out(summarize(self))
         return status
@@ -217,6 +224,10 @@ class Manager:
         before = self._last_progress
         self.heartbeat()
         self.reap()
+        if self.requests.process():
+            self._progress()
+        if self.cancellation.poll():
+            self._progress()
         for kind in ACTIVE_KINDS:
             if self.stop_now:
                 break
@@ -253,6 +264,10 @@ class Manager:
         elif kind == StateKind.WAITING:
             for marker in markers:
                 if self.waiting.evaluate(marker):
+                    self._progress()
+        elif kind == StateKind.CANCELLING:
+            for marker in markers:
+                if self.cancellation.consider(marker):
                     self._progress()
         else:
             for marker in markers:

@@ -21,7 +21,7 @@ from .layout import Layout
 from .store import Store, StoreConfig
 
 WORKSPACE_FORMAT = "httk-workflow-workspace"
-REQUEST_DIRS = ("tmp", "ready", "claimed", "retired", "quarantine")
+REQUEST_DIRS = ("tmp", "ready", "claimed", "applied", "retired", "quarantine")
 
 
 class WorkspaceError(Exception):
