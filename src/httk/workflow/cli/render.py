@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
@@ -88,6 +90,12 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # A reader such as `head` went away: not an error of ours. Point stdout at
+            # /dev/null so the interpreter's final flush does not complain again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            ctx.exit(0)
         except ANTICIPATED as error:
             raise CliError(_one_line(error)) from error
 
