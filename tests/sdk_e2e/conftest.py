@@ -40,7 +40,7 @@ from httk.workflow import ChildSpec, Runner, RunnerRef
 
 
 def save(a, document, name="report.json"):
-    """Leave evidence for the test beside the attempt's outcome."""
+    # Leave evidence for the test beside the attempt's outcome.
     (a.control / name).write_text(json.dumps(document, sort_keys=True, default=str), encoding="utf-8")
 """
 
@@ -65,7 +65,7 @@ class Harness:
         path = self.tmp / "runners" / str(self._count) / name
         path.parent.mkdir(parents=True)
         text = RUNNER_HEADER + "\n" + textwrap.dedent(body).strip("\n") + "\n"
-        if "run.main()" not in text:
+        if "\nif __name__ == " not in text:
             text += '\n\nif __name__ == "__main__":\n    raise SystemExit(run.main())\n'
         path.write_text(text, encoding="utf-8")
         return path

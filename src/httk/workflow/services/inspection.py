@@ -386,7 +386,9 @@ def job_log(handle: WorkspaceHandle, marker: Marker, limit: int | None = None) -
         newest_first.append({**document, "record_ref": ref})
         previous = document.get("previous_record_ref")
         ref = previous if isinstance(previous, str) and previous else None
-        expected = generation - 1 if isinstance(generation, int) else None
+        # An fsck repair chains to the last good frame, skipping the damaged generation(s).
+        repaired = document.get("event") == "fsck_repair"
+        expected = generation - 1 if isinstance(generation, int) and not repaired else None
     # Generation 1 links to nothing: its predecessor is the implicit generation 0, the job.json itself.
     if ref is None and expected == 0 and (limit is None or len(newest_first) < limit):
         newest_first.append(_initial_entry(store, marker))

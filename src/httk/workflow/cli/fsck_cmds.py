@@ -1,0 +1,47 @@
+"""``httk workflow workspace fsck``: check (and repair) that every marker resolves.
+
+Spec: 000 "Checking and repairing a workspace".
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..services.fsck import Fsck
+from .context import AppContext, pass_app
+from .render import emit_json
+from .workspace_cmds import JSON_OPTION, WORKSPACE_ARG, workspace
+
+FSCK_EXIT = """\b
+Exit status:
+  0  the workspace is clean, or everything found was repaired
+  1  something is left for an operator
+  2  refused (bad usage, not a workspace)"""
+
+
+@workspace.command("fsck", epilog=FSCK_EXIT)
+@WORKSPACE_ARG
+@click.option("--repair", is_flag=True, help="Re-point damaged markers at the last good frame of their job.")
+@click.option(
+    "--quarantine-unrepairable",
+    is_flag=True,
+    help="With --repair: move markers with no readable older frame into .httk-workflow/quarantine/.",
+)
+@JSON_OPTION
+@pass_app
+def fsck(app: AppContext, workspace: str | None, repair: bool, quarantine_unrepairable: bool, as_json: bool) -> None:
+    """Verify that every state marker resolves to its journal frame; nothing is written without --repair."""
+    if quarantine_unrepairable and not repair:
+        raise click.UsageError("--quarantine-unrepairable needs --repair")
+    handle = app.open_workspace(workspace)
+    report = Fsck(handle, repair=repair, quarantine=quarantine_unrepairable).run()
+    if as_json:
+        emit_json(report)
+    else:
+        for problem in report["problems"]:
+            job = f" job {problem['job']}" if problem["job"] else ""
+            click.echo(f"{problem['code']}:{job} {problem['message']} [{problem['action']}] ({problem['path']})")
+        found, left = len(report["problems"]), report["left_for_operator"]
+        state = "clean" if report["clean"] else f"{found} problem(s), {left} left"
+        click.echo(f"fsck {report['workspace']}: {report['markers_checked']} markers checked; {state}")
+    raise SystemExit(1 if report["left_for_operator"] else 0)
