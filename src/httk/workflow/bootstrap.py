@@ -20,6 +20,7 @@ from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.process import LocalProcessControl
 from .services.attempts import LaunchSettings
+from .services.gc import GarbageCollector
 from .services.manager import Manager, ManagerConfig
 from .services.workspaces import Ports, WorkspaceHandle, WorkspaceService
 
@@ -65,6 +66,8 @@ def build_manager(container: Container, handle: WorkspaceHandle, config: Manager
         runner_search_paths=tuple(os.path.abspath(path) for path in config.runner_search_paths),
     )
     manager = Manager(handle, process, launch, config, manager_id=manager_id)
+    if config.gc_interval is not None:
+        manager.gc_hook = lambda: GarbageCollector(handle).run()
     configure_logging(config, manager.log_path())
     return manager
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from ..services.fsck import Fsck
+from ..services.gc import GarbageCollector
 from .context import AppContext, pass_app
 from .render import emit_json
 from .workspace_cmds import JSON_OPTION, WORKSPACE_ARG, workspace
@@ -45,3 +46,32 @@ def fsck(app: AppContext, workspace: str | None, repair: bool, quarantine_unrepa
         state = "clean" if report["clean"] else f"{found} problem(s), {left} left"
         click.echo(f"fsck {report['workspace']}: {report['markers_checked']} markers checked; {state}")
     raise SystemExit(1 if report["left_for_operator"] else 0)
+
+
+@workspace.command("gc")
+@WORKSPACE_ARG
+@click.option("--dry-run", is_flag=True, help="List what would be collected; remove nothing.")
+@JSON_OPTION
+@pass_app
+def gc(app: AppContext, workspace: str | None, dry_run: bool, as_json: bool) -> None:
+    """Collect aged attempt control directories, trash and journal history under policy.retention.
+
+    A retention limit left unset means keep. Safe against a live workspace: no marker or
+    payload is touched.
+
+    \b
+    Exit status:
+      0  success
+      2  refused (bad usage, not a workspace)
+    """
+    handle = app.open_workspace(workspace)
+    report = GarbageCollector(handle, dry_run=dry_run).run()
+    if as_json:
+        emit_json(report)
+        return
+    verb = "would remove" if dry_run else "removed"
+    for item in report["removed"]:
+        click.echo(f"{verb} {item['category']}: {item['path']}")
+    if not report["retention"]:
+        click.echo("no retention limits are set: nothing is collected (see 'workspace policy set ... retention.*')")
+    click.echo(f"gc {report['workspace']}: {verb} {report['count']} item(s)")

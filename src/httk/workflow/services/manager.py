@@ -199,6 +199,7 @@ class Manager:
             "placement_prefixes": list(self.config.placement_prefixes),
             "lease_seconds": self.lease,
             "workers": self.config.workers,
+            "journal_writers": [self.store.writer.writer_id],
             "started_at": self.clock.now(),
         }
         self.fs.makedirs(self.manager_dir)
