@@ -12,6 +12,7 @@ from __future__ import annotations
 import click
 
 from .context import ensure_app
+from .debug_cmds import debug as _debug  # noqa: F401  (registers ``job debug``)
 from .diagnosis_cmds import why as _why  # noqa: F401  (registers ``job why``, ``workspace managers``)
 from .fsck_cmds import fsck as _fsck  # noqa: F401  (registers ``workspace fsck``)
 from .job_cmds import job

@@ -19,6 +19,7 @@ import click
 
 from .. import codec
 from ..domain.model import ValidationError
+from ..services.debug import DebugError
 from ..services.inspection import SelectorError
 from ..services.policy import PolicyError
 from ..services.requests import RequestError
@@ -42,6 +43,7 @@ ANTICIPATED: tuple[type[BaseException], ...] = (
     JobDamage,
     SelectorError,
     RequestError,
+    DebugError,
     OSError,
 )
 

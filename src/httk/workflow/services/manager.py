@@ -126,6 +126,10 @@ class Manager:
         self._quiet = {kind: False for kind in ACTIVE_KINDS}
         self.last_gc = self.clock.monotonic()
         self.gc_hook: Callable[[], None] | None = None
+        #: ``job debug`` restricts a private manager to these jobs; ``None`` serves everything.
+        self.only_jobs: set[str] | None = None
+        #: Called once per loop iteration (``job debug`` streams logs and watches transitions).
+        self.on_iteration: Callable[[], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -157,6 +161,8 @@ class Manager:
                 # Pending cancellations are polled, so their wait is short; otherwise block on exits.
                 timeout = 0.05 if self.cancellation.pending else self.config.poll_interval
                 self.proc.wait_any([r.process for r in self.running.values()], timeout)
+            if self.on_iteration is not None:
+                self.on_iteration()
         self.heartbeat(force=True, stopped=True)
         self.out(summarize(self))
         return status
@@ -256,6 +262,8 @@ class Manager:
             log.warning("a %s pass took %.1fs, half the %.0fs lease", kind.value, duration, self.lease)
 
     def _handle_pass(self, kind: StateKind, markers: list[Marker]) -> None:
+        if self.only_jobs is not None:
+            markers = [marker for marker in markers if marker.job_id in self.only_jobs]
         if kind == StateKind.SUBMITTED:
             for marker in markers:
                 self._register(marker)
