@@ -12,6 +12,7 @@ import logging
 import logging.handlers
 import os
 import sys
+from collections.abc import Mapping
 
 from dependency_injector import containers, providers
 
@@ -19,6 +20,8 @@ from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.process import LocalProcessControl
+from .adapters.signing import Ed25519Verifier, config_dir, create_identity, default_signer
+from .ports import Signer
 from .services.attempts import LaunchSettings
 from .services.gc import GarbageCollector
 from .services.manager import Manager, ManagerConfig
@@ -66,6 +69,7 @@ def build_manager(container: Container, handle: WorkspaceHandle, config: Manager
         runner_search_paths=tuple(os.path.abspath(path) for path in config.runner_search_paths),
     )
     manager = Manager(handle, process, launch, config, manager_id=manager_id)
+    manager.verifier = Ed25519Verifier()
     if config.gc_interval is not None:
         manager.gc_hook = lambda: GarbageCollector(handle).run()
     configure_logging(config, manager.log_path())
@@ -108,3 +112,13 @@ class JsonLogFormatter(logging.Formatter):
             },
             sort_keys=True,
         )
+
+
+def operator_signer(environ: Mapping[str, str]) -> Signer | None:
+    """The operator identity created by ``config init``, if any."""
+    return default_signer(environ)
+
+
+def create_operator_identity(environ: Mapping[str, str], *, force: bool = False) -> dict[str, str]:
+    """Create the operator's Ed25519 key pair in their config directory."""
+    return create_identity(config_dir(environ), force=force)

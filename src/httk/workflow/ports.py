@@ -9,7 +9,7 @@ absolute POSIX paths at this boundary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -134,6 +134,18 @@ class Ids(Protocol):
 
     def new_hex(self, digits: int) -> str:
         """Random lowercase hex of ``digits`` digits (writer ids, temp names)."""
+
+
+class Signer(Protocol):
+    """Signs canonical bytes; returns the detached signature document."""
+
+    def sign(self, data: bytes) -> dict[str, Any]: ...
+
+
+class Verifier(Protocol):
+    """Verifies a detached signature; returns the signing key's id or raises ``ValueError``."""
+
+    def verify(self, data: bytes, signature: Any) -> str: ...
 
 
 class Clock(Protocol):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import click
 
+from .config_cmds import config
 from .context import ensure_app
 from .debug_cmds import debug as _debug  # noqa: F401  (registers ``job debug``)
 from .diagnosis_cmds import why as _why  # noqa: F401  (registers ``job why``, ``workspace managers``)
@@ -36,7 +37,7 @@ def workflow() -> None:
     """Filesystem-native workflow task manager: workspaces, jobs, runners, managers."""
 
 
-for _command in (workspace, job, runner, manager):
+for _command in (workspace, job, runner, manager, config):
     workflow.add_command(_command)
 workflow.add_command(run, "run")
 del _command

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from ..bootstrap import operator_signer
 from ..services import inspection
 from ..services.requests import ACTIONS, publish_request
 from .context import AppContext, pass_app
@@ -43,6 +44,7 @@ def request(
     document = publish_request(
         handle, view, action, operator=operator, reason=reason, step=step, force=force,
         warn=lambda line: click.echo(line, err=True),
+        signer=operator_signer(app.environ),
     )
     if as_json:
         emit_json(document)

@@ -19,7 +19,7 @@ import attrs
 from .. import codec
 from ..domain.lifecycle import ACTIVE_KINDS, Event, StateKind, next_kind
 from ..domain.scheduling import Candidate, Offer, Requirements, best_within_window, mismatches
-from ..ports import LaunchedProcess, ProcessControl
+from ..ports import LaunchedProcess, ProcessControl, Verifier
 from .attempts import AttemptPlan, LaunchRefused, LaunchSettings, prepare_attempt
 from .cancellation import Cancellation
 from .commit import Decision, clear_note, create_children, decide, note_for_parent
@@ -130,6 +130,8 @@ class Manager:
         self.only_jobs: set[str] | None = None
         #: Called once per loop iteration (``job debug`` streams logs and watches transitions).
         self.on_iteration: Callable[[], None] | None = None
+        #: Verifies signed operator requests (wired by the composition root).
+        self.verifier: Verifier | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -432,6 +434,12 @@ class Manager:
                 continue
             del self.running[job_id]
             running.process.close()
+            pgid = running.process.identity.pgid
+            if self.proc.group_alive(pgid):
+                # Strays of a finished runner must not keep writing the workdir after the commit.
+                log.warning("job %s: runner exited but its process group %d lives on; killing it",
+                            running.marker.key, pgid)
+                self.proc.kill_group(pgid)
             self._progress()
             self.commit_exited(running, returncode)
 

@@ -16,6 +16,7 @@ from .. import codec
 from ..domain import budgets
 from ..domain.lifecycle import TRANSITIONS, Event, StateKind
 from ..domain.model import ValidationError, check_step
+from ..ports import Signer
 from .commit import counters_of, new_activation
 from .markers import Marker, MarkerNameError
 from .store import JobDamage, JobView
@@ -44,6 +45,7 @@ def publish_request(
     step: str | None = None,
     force: bool = False,
     warn: Any = None,
+    signer: Signer | None = None,
 ) -> dict[str, Any]:
     """Validate and publish one request (``requests/tmp`` → ``requests/ready``); returns it."""
     if action not in ACTIONS:
@@ -91,6 +93,9 @@ def publish_request(
         "force": force,
         "created_at": handle.ports.clock.now(),
     }
+    if signer is not None:
+        # A detached signature over the canonical JSON of everything else: attribution, not authorization.
+        document["signature"] = signer.sign(codec.dumps(document).encode("utf-8"))
     layout = handle.layout
     temp = f"{layout.requests}/tmp/{request_id}.json"
     handle.fs.write_new(temp, codec.encode(document), durable=handle.durable)
@@ -171,6 +176,16 @@ class RequestProcessor:
         except (MarkerNameError, KeyError, ValueError):
             self._move(path, "quarantine", name, "the request does not name a marker", request)
             return False
+        operator_key = None
+        if "signature" in request:
+            unsigned = {key: value for key, value in request.items() if key != "signature"}
+            try:
+                if m.verifier is None:
+                    raise ValueError("this manager has no signature verifier")
+                operator_key = m.verifier.verify(codec.dumps(unsigned).encode("utf-8"), request["signature"])
+            except ValueError as error:
+                self._move(path, "quarantine", name, f"signature rejected: {error}", request)
+                return False
         if m.fs.lstat(m.store.marker_path(marker)) is None:
             self._move(path, "retired", name,
                        f"job moved on from {marker.kind.value} generation {marker.generation}", request)
@@ -185,7 +200,7 @@ class RequestProcessor:
             self._move(path, "retired", name, problem, request)
             return False
         audit = {"operator": request.get("operator"), "reason": request.get("reason"),
-                 "request_id": request.get("request_id")}
+                 "request_id": request.get("request_id"), "operator_key": operator_key}
         result = m.finish(marker, view.frame, event, {**changes, **audit})
         if result is None:
             self._move(path, "retired", name, "lost the race to another transition", request)
