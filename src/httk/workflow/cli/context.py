@@ -15,8 +15,9 @@ import attrs
 import click
 
 from ..bootstrap import Container, default_container
-from ..services.workspaces import WorkspaceHandle, WorkspaceService
-from .defaults import default_workspace_path
+from ..services.registry import Registry
+from ..services.workspaces import WorkspaceError, WorkspaceHandle, WorkspaceService
+from .defaults import default_workspace_path, registry_path
 
 
 def _environ() -> Mapping[str, str]:
@@ -42,11 +43,38 @@ class AppContext:
     def default_workspace(self) -> str:
         return default_workspace_path(self.environ)
 
+    @property
+    def registry(self) -> Registry:
+        return Registry(self.container.fs(), registry_path(self.environ), self.default_workspace())
+
+    def resolve(self, reference: str | None) -> str:
+        """A workspace argument as an absolute path: a path, a registered name, or the default."""
+        if reference is None:
+            chosen = self.registry.default()
+            return self.registry.lookup(chosen) or self.default_workspace() if chosen else self.default_workspace()
+        if ":" in reference and not reference.startswith(("/", ".")) and not os.path.exists(reference):
+            remote = reference.split(":", 1)[0]
+            raise WorkspaceError(
+                f"{reference}: remote workspaces ({remote}:...) need a configured remote; "
+                "this installation has none (see 'httk workflow remote')"
+            )
+        looks_like_path = "/" in reference or reference in (".", "..") or os.path.exists(reference)
+        if not looks_like_path:
+            registered = self.registry.lookup(reference)
+            if registered is not None:
+                return registered
+            raise WorkspaceError(
+                f"{reference}: neither a directory nor a registered workspace name; "
+                "see 'httk workflow workspace list'"
+            )
+        return self.absolute(reference)
+
     def open_workspace(self, path: str | None) -> WorkspaceHandle:
-        """Attach ``path``; when omitted, the per-user default workspace, created on first use."""
-        if path is None:
-            return self.workspaces.init(self.default_workspace())
-        return self.workspaces.open(self.absolute(path))
+        """Attach a workspace; when omitted, the recorded default or the per-user default (created on first use)."""
+        resolved = self.resolve(path)
+        if path is None and resolved == self.default_workspace():
+            return self.workspaces.init(resolved)
+        return self.workspaces.open(resolved)
 
 
 pass_app = click.make_pass_decorator(AppContext)

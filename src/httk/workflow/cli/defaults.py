@@ -22,3 +22,16 @@ def default_workspace_path(environ: Mapping[str, str]) -> str:
         home = environ.get("HOME") or os.path.expanduser("~")
         data_home = posixpath.join(home, ".local", "share")
     return posixpath.normpath(posixpath.join(data_home, "httk-workflow", "workspaces", DEFAULT_WORKSPACE_NAME))
+
+
+def data_home(environ: Mapping[str, str]) -> str:
+    value = environ.get("XDG_DATA_HOME", "")
+    if not value or not posixpath.isabs(value):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        value = posixpath.join(home, ".local", "share")
+    return value
+
+
+def registry_path(environ: Mapping[str, str]) -> str:
+    """Where this user's workspace registry lives."""
+    return posixpath.join(data_home(environ), "httk-workflow", "registry.json")

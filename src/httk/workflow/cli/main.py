@@ -18,6 +18,7 @@ from .diagnosis_cmds import why as _why  # noqa: F401  (registers ``job why``, `
 from .fsck_cmds import fsck as _fsck  # noqa: F401  (registers ``workspace fsck``)
 from .job_cmds import job
 from .manager_cmds import manager, run
+from .registry_cmds import forget as _forget  # noqa: F401  (registers ``workspace list/default/forget/delete``)
 from .render import Group
 from .request_cmds import request as _request  # noqa: F401  (registers ``job request``)
 from .runner_cmds import runner

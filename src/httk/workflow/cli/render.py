@@ -22,6 +22,7 @@ from ..domain.model import ValidationError
 from ..services.debug import DebugError
 from ..services.inspection import SelectorError
 from ..services.policy import PolicyError
+from ..services.registry import RegistryError
 from ..services.requests import RequestError
 from ..services.runners import RunnerStoreError
 from ..services.store import JobDamage
@@ -44,6 +45,7 @@ ANTICIPATED: tuple[type[BaseException], ...] = (
     SelectorError,
     RequestError,
     DebugError,
+    RegistryError,
     OSError,
 )
 

@@ -10,12 +10,14 @@ settings", "Inspect and control".
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
 
 from ..services import inspection
 from ..services.layout import Layout
+from ..services.registry import RegistryError
 from .context import AppContext, pass_app
 from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table, flatten, refuse, value_text
 
@@ -43,7 +45,19 @@ def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: b
     target = app.absolute(path)
     # Only for the wording: init itself adopts an existing workspace unchanged.
     existed = app.container.fs().exists(Layout.at(target).format_file)
+    wanted = name or os.path.basename(target)
+    registered = app.registry.lookup(wanted)
+    if registered is not None and registered != target and name is not None:
+        raise RegistryError(
+            f"workspace name {wanted!r} is already registered for {registered}; choose another --name "
+            f"or 'httk workflow workspace forget {wanted}' first"
+        )
     handle = app.workspaces.init(target, name=name, durable=durable)
+    if registered is None:
+        app.registry.register(wanted, handle.root)
+    elif registered != target:
+        click.echo(f"note: the name {wanted!r} is registered for {registered}; this workspace is reachable "
+                   "by its path only (give --name to register it)", err=True)
     report = {
         "name": handle.name,
         "path": handle.root,

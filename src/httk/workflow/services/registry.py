@@ -1,0 +1,93 @@
+"""This machine's workspace registry: names → paths, and the recorded default.
+
+The registry is the command-line contract (a library caller constructs
+``Workspace(path)`` directly). It is one small JSON document in the user's data
+directory, rewritten atomically; the per-user default workspace is always
+available under the name ``default``. Spec: 000 "Initialize a workspace".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import codec
+from ..domain.model import ValidationError, check_tag
+from ..ports import Filesystem
+
+REGISTRY_FORMAT = "httk-workflow-registry"
+
+
+class RegistryError(ValueError):
+    """A registry operation that is refused; the message names the workspace and the fix."""
+
+
+class Registry:
+    """Registered workspace names of this user on this machine."""
+
+    def __init__(self, fs: Filesystem, path: str, default_path: str) -> None:
+        self.fs = fs
+        self.path = path
+        self.default_path = default_path
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            document = codec.decode_object(self.fs.read_bytes(self.path), self.path)
+        except FileNotFoundError:
+            return {"format": REGISTRY_FORMAT, "format_version": 1, "workspaces": {}, "default": None}
+        if not isinstance(document.get("workspaces"), dict):
+            raise RegistryError(f"{self.path} @ $.workspaces: expected an object; fix or remove the file")
+        return document
+
+    def _write(self, document: dict[str, Any]) -> None:
+        self.fs.write_atomic(self.path, codec.encode(document), durable=True)
+
+    def entries(self) -> dict[str, str]:
+        """Every registered name with its path; ``default`` is always present."""
+        names = dict(self._read()["workspaces"])
+        names.setdefault("default", self.default_path)
+        return dict(sorted(names.items()))
+
+    def lookup(self, name: str) -> str | None:
+        return self.entries().get(name)
+
+    def register(self, name: str, path: str) -> None:
+        try:
+            check_tag(name, "workspace name")
+        except ValidationError as error:
+            raise RegistryError(str(error)) from None
+        document = self._read()
+        existing = document["workspaces"].get(name)
+        if existing is not None and existing != path:
+            raise RegistryError(
+                f"workspace name {name!r} is already registered for {existing}; "
+                f"'httk workflow workspace forget {name}' first or choose another --name"
+            )
+        document["workspaces"][name] = path
+        self._write(document)
+
+    def forget(self, name: str) -> str:
+        document = self._read()
+        path = document["workspaces"].pop(name, None)
+        if path is None:
+            raise RegistryError(f"no workspace named {name!r} is registered; see 'httk workflow workspace list'")
+        if document.get("default") == name:
+            document["default"] = None
+        self._write(document)
+        return str(path)
+
+    def name_of(self, path: str) -> str | None:
+        for name, registered in self.entries().items():
+            if registered == path:
+                return name
+        return None
+
+    def default(self) -> str | None:
+        """The recorded default name, if one was set with ``workspace default NAME``."""
+        return self._read().get("default")
+
+    def set_default(self, name: str | None) -> None:
+        if name is not None and self.lookup(name) is None:
+            raise RegistryError(f"no workspace named {name!r} is registered; see 'httk workflow workspace list'")
+        document = self._read()
+        document["default"] = name
+        self._write(document)
