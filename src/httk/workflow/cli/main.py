@@ -14,6 +14,7 @@ import click
 from .config_cmds import config
 from .context import ensure_app
 from .debug_cmds import debug as _debug  # noqa: F401  (registers ``job debug``)
+from .diagnosis_cmds import precheck as _precheck
 from .diagnosis_cmds import why as _why  # noqa: F401  (registers ``job why``, ``workspace managers``)
 from .fsck_cmds import fsck as _fsck  # noqa: F401  (registers ``workspace fsck``)
 from .job_cmds import job
@@ -41,6 +42,7 @@ def workflow() -> None:
 for _command in (workspace, job, runner, manager, config):
     workflow.add_command(_command)
 workflow.add_command(run, "run")
+workflow.add_command(_precheck, "precheck")
 del _command
 
 

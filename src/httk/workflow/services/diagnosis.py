@@ -45,7 +45,7 @@ def managers(handle: WorkspaceHandle) -> list[dict[str, Any]]:
     return out
 
 
-def _offer(manager: dict[str, Any]) -> Offer:
+def offer_of(manager: dict[str, Any]) -> Offer:
     return Offer(
         pools=frozenset(manager.get("pools") or ()),
         capabilities=frozenset(manager.get("capabilities") or ()),
@@ -87,7 +87,7 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
         lines.append(f"attempt budgets: {'within budget' if within else decision.reason}")
         accepting = []
         for manager in live:
-            missing = mismatches(_offer(manager), requirements)
+            missing = mismatches(offer_of(manager), requirements)
             if missing:
                 lines.append(f"manager {manager['manager_id']} does not accept it: "
                              + "; ".join(f"{item.kind} {item.value} ({item.advice})" for item in missing))

@@ -1,0 +1,85 @@
+"""``precheck``: a read-only readiness report for pending jobs, before managers start.
+
+For every submitted or ready job it checks that the runner reference resolves
+(and, where pinned, that the stored bytes still have the pinned digest) and
+measures the job against the workspace's live managers. An installed runner with
+no search path to look in is ``indeterminate``, not a failure. The report is
+advisory: the authoritative gate is at attempt start. Spec: 000 "Readiness and
+transfer environment advisories".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..domain.lifecycle import StateKind
+from ..domain.scheduling import Requirements, mismatches
+from .diagnosis import offer_of, managers
+from .digests import fs_digest
+from .runners import object_path
+from .store import JobDamage
+from .workspaces import WorkspaceHandle
+
+PENDING = (StateKind.SUBMITTED, StateKind.READY)
+
+
+def _runner_finding(handle: WorkspaceHandle, payload: str, spec: Any, search_paths: Sequence[str]) -> dict[str, Any]:
+    fs = handle.fs
+    source, path, pinned = spec.runner_source, spec.runner_path, spec.runner_sha256
+    if source == "payload":
+        candidates = [f"{payload}/{path}"]
+    elif source == "workspace":
+        candidates = [object_path(handle.layout, pinned or "", path)]
+    else:
+        if not search_paths:
+            return {"status": "indeterminate", "message": f"installed runner {path!r}: no --runner-search-path given"}
+        candidates = [f"{root.rstrip('/')}/{path}" for root in search_paths]
+    for candidate in candidates:
+        if fs.lstat(candidate) is None:
+            continue
+        if pinned is not None and fs_digest(fs, candidate) != pinned:
+            return {"status": "broken", "message": f"{source} runner {path!r} at {candidate} does not match its pinned "
+                    "sha256 (runner_mismatch at attempt start)"}
+        return {"status": "ok", "message": f"{source} runner {path!r} resolves to {candidate}"}
+    return {"status": "broken", "message": f"{source} runner {path!r} not found (runner_unavailable at attempt start)"}
+
+
+def precheck(handle: WorkspaceHandle, *, search_paths: Sequence[str] = ()) -> dict[str, Any]:
+    """The readiness report; ``failed`` is true when something gives exit status 1."""
+    live = [manager for manager in managers(handle) if manager["live"]]
+    jobs: list[dict[str, Any]] = []
+    failed = False
+    for kind in PENDING:
+        for marker in handle.store.iter_markers(kind):
+            entry: dict[str, Any] = {"job": str(marker.key), "kind": kind.value, "placement": marker.placement}
+            try:
+                spec = handle.store.read_spec(marker)
+            except JobDamage as damage:
+                entry["findings"] = [{"check": "job", "status": "broken", "message": str(damage)}]
+                jobs.append(entry)
+                failed = True
+                continue
+            payload = handle.layout.payload(marker.placement, str(marker.key))
+            runner = {"check": "runner", **_runner_finding(handle, payload, spec, search_paths)}
+            findings = [runner]
+            failed |= runner["status"] == "broken"
+            if live:
+                requirements = Requirements(pool=spec.pool, capabilities=frozenset(spec.capabilities),
+                                            executor=spec.executor, placement=marker.placement)
+                unmet = {manager["manager_id"]: mismatches(offer_of(manager), requirements) for manager in live}
+                if all(unmet.values()):
+                    closest = min(unmet, key=lambda name: len(unmet[name]))
+                    wording = "; ".join(f"{item.kind} {item.value} ({item.advice})" for item in unmet[closest])
+                    findings.append({"check": "claim", "status": "broken",
+                                     "message": f"no live manager can claim it; closest {closest}: {wording}"})
+                    failed = True
+                else:
+                    accepting = [name for name, missing in unmet.items() if not missing]
+                    findings.append({"check": "claim", "status": "ok",
+                                     "message": f"claimable by {', '.join(accepting)}"})
+            entry["findings"] = findings
+            jobs.append(entry)
+    notices = [] if live else ["no manager is live for this workspace; claimability was not measured"]
+    return {"workspace": handle.root, "jobs": jobs, "notices": notices, "failed": failed,
+            "settings": handle.settings()}
