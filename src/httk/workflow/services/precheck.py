@@ -15,7 +15,7 @@ from typing import Any
 
 from ..domain.lifecycle import StateKind
 from ..domain.scheduling import Requirements, mismatches
-from .diagnosis import offer_of, managers
+from .diagnosis import managers, offer_of
 from .digests import fs_digest
 from .runners import object_path
 from .store import JobDamage
