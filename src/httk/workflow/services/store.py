@@ -105,8 +105,8 @@ class Store:
         except codec.DocumentError as error:
             raise JobDamage("invalid_job", str(error), marker) from None
 
-    def initial_frame(self, marker: Marker, spec: JobSpec) -> StateFrame:
-        """The implicit frame of generation 0: the job as its job.json defines it."""
+    def initial_frame(self, marker: Marker, spec: JobSpec | None) -> StateFrame:
+        """The implicit frame of generation 0: the job as its job.json defines it (no step if unreadable)."""
         return StateFrame(
             workspace_id=self.config.workspace_id,
             job_id=marker.job_id,
@@ -118,7 +118,7 @@ class Store:
             previous_record_ref=None,
             created_at=0.0,
             priority=marker.priority,
-            step=spec.initial_step,
+            step=spec.initial_step if spec is not None else "",
         )
 
     def read_frame(self, marker: Marker) -> StateFrame | None:
@@ -158,22 +158,7 @@ class Store:
         except JobDamage as damage:
             spec, error = None, str(damage)
         if frame is None:
-            if spec is None:
-                frame = StateFrame(
-                    workspace_id=self.config.workspace_id,
-                    job_id=marker.job_id,
-                    job_key=str(marker.key),
-                    placement=marker.placement,
-                    generation=0,
-                    kind=marker.kind,
-                    event="submit",
-                    previous_record_ref=None,
-                    created_at=0.0,
-                    priority=marker.priority,
-                    step="",
-                )
-            else:
-                frame = self.initial_frame(marker, spec)
+            frame = self.initial_frame(marker, spec)
         return JobView(marker, frame, spec, error)
 
     # -- transitions -------------------------------------------------------------------------
