@@ -4,8 +4,9 @@ Every test here writes a tiny runner file, publishes it in a fresh workspace,
 submits a job that runs it, and lets :func:`httk.workflow.bootstrap.build_manager`
 launch real attempts until the workspace is idle. What the runner did is then
 read back from the workspace tree and through ``services.inspection``, exactly as
-an operator would. Helpers live on the :class:`Harness` fixture (not in an
-importable module), so this directory's conftest cannot shadow another one's.
+an operator would. Helpers are reached through the :class:`Harness` fixture,
+never by ``from conftest import ...``, which would depend on which of the
+suite's several ``conftest`` modules pytest imported last.
 """
 
 from __future__ import annotations
@@ -25,9 +26,6 @@ from httk.workflow.services import inspection
 from httk.workflow.services.manager import ManagerConfig
 from httk.workflow.services.markers import Marker
 from httk.workflow.workspace import Workspace
-
-ROOT = Path(__file__).resolve().parents[2]
-DEFECTS_BIN = ROOT / "examples" / "defects" / "bin"
 
 #: Prepended to every runner a test writes.
 RUNNER_HEADER = """\
@@ -59,20 +57,20 @@ class Harness:
         self.last_status: int | None = None
 
     # -- setting up ----------------------------------------------------------------------
-    def write_runner(self, body: str, name: str = "run.py") -> Path:
-        """Write ``RUNNER_HEADER`` + the dedented ``body`` + a ``main`` call to a fresh file."""
+    def write_runner(self, body: str, name: str = "run.py", *, sdk_main: bool = True) -> Path:
+        """Write ``RUNNER_HEADER`` + the dedented ``body`` (+ the ``run.main()`` entry point) to a fresh file."""
         self._count += 1
         path = self.tmp / "runners" / str(self._count) / name
         path.parent.mkdir(parents=True)
         text = RUNNER_HEADER + "\n" + textwrap.dedent(body).strip("\n") + "\n"
-        if "\nif __name__ == " not in text:
+        if sdk_main and "\nif __name__ == " not in text:
             text += '\n\nif __name__ == "__main__":\n    raise SystemExit(run.main())\n'
         path.write_text(text, encoding="utf-8")
         return path
 
-    def publish(self, body: str, name: str = "run.py") -> dict[str, Any]:
+    def publish(self, body: str, name: str = "run.py", *, sdk_main: bool = True) -> dict[str, Any]:
         """Write a runner and publish it in the workspace runner store; returns ``{path, sha256, source}``."""
-        path = self.write_runner(body)
+        path = self.write_runner(body, sdk_main=sdk_main)
         return self.ws.publish_runner(path, name=f"{self._count}/{name}")
 
     def prepare(

@@ -7,7 +7,9 @@ Attempt.children, ChildResult, Attempt.gather.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from typing import Any
 
 import pytest
@@ -127,13 +129,6 @@ def test_children_are_typed_after_a_gather_and_empty_after_advance(harness) -> N
     assert [child["label"] for child in context["children"]] == ["good", "bad"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/waiting.WaitingPass.children_context always sets a child's data to "
-    "<data>/<job-id>/current, even for a child whose data mode is none, so ChildResult.data names a "
-    "directory that does not exist instead of being None (spec 001: a.data is set only for a "
-    "transactional job; 002 ChildResult: 'a null child field')",
-)
 def test_child_data_is_none_for_a_child_without_data(harness) -> None:
     ref = harness.publish(GATHER_AND_READ)
     parent = harness.submit(ref, step="start")
@@ -170,6 +165,14 @@ def start(a):
         a.spawn(ChildSpec(step="chlid"), label="typo")
     except ValueError as error:
         keys["typo"] = str(error)
+    try:
+        a.gather("dnoe")
+    except ValueError as error:
+        keys["gather_typo"] = str(error)
+    try:
+        a.gather("done", on_impossible="triag")
+    except ValueError as error:
+        keys["on_impossible_typo"] = str(error)
     save(a, keys)
     a.gather("done")
 
@@ -205,6 +208,10 @@ def test_childspec_children_inherit_the_spawning_job(harness) -> None:
     keys = harness.report(parent, 0)
     assert "already used on this attempt" in keys["duplicate"]
     assert "'chlid' is not a step of this runner" in keys["typo"]
+    assert "gather step 'dnoe' is not a step of this runner; registered steps: child, done, start" in keys[
+        "gather_typo"
+    ]
+    assert "on_impossible step 'triag' is not a step" in keys["on_impossible_typo"]
     parent_job = json.loads((harness.payload(parent) / "job.json").read_text(encoding="utf-8"))
     for label, key in (("site-0", keys["plain"]), ("site-1", keys["tuned"])):
         assert key.startswith(f"{label}--")  # the label becomes the child's tag
@@ -336,18 +343,22 @@ def test_spawn_with_runner_ref_workspace_and_a_prepared_payload(harness) -> None
 
 
 GATHER = """
+import time
+
 run = Runner("e2e")
 
 
 @run.step
 def start(a):
     for index, ok in enumerate(a.input("plan")):
-        a.spawn(ChildSpec(step="child", inputs={"ok": ok}, maximum_attempts_per_activation=1), label=f"c{index}")
+        inputs = {"ok": ok, "delay": a.input("delay") if ok == a.input("decisive") else 0}
+        a.spawn(ChildSpec(step="child", inputs=inputs, maximum_attempts_per_activation=1), label=f"c{index}")
     a.gather("next", when=a.input("when"), count=a.input("count"), on_impossible=a.input("on_impossible"))
 
 
 @run.step
 def child(a):
+    time.sleep(a.input("delay"))
     if a.input("ok"):
         a.succeed()
     else:
@@ -387,10 +398,19 @@ def test_gather_conditions(
     harness, when: str, count: int | None, plan: list[bool], on_impossible: str | None, expected: str
 ) -> None:
     ref = harness.publish(GATHER)
-    inputs: dict[str, Any] = {"plan": plan, "when": when, "count": count, "on_impossible": on_impossible}
+    # The children whose ending decides the join (successes when it is satisfied, failures when it becomes
+    # impossible) finish last, so every child is terminal when the next step starts: a join decided while a
+    # child still runs is test_a_join_satisfied_early_still_starts_the_next_step.
+    inputs: dict[str, Any] = {
+        "plan": plan,
+        "when": when,
+        "count": count,
+        "on_impossible": on_impossible,
+        "decisive": expected == "next",
+        "delay": 0.6,
+    }
     parent = harness.submit(ref, step="start", inputs=inputs)
-    # Three workers: every child of a plan runs in the same tick, so all are terminal before the join.
-    assert harness.run(workers=3) == 0
+    assert harness.run(workers=len(plan) + 1) == 0
     show = harness.show(parent)
     outline = {f"c{index}": "succeeded" if ok else "failed" for index, ok in enumerate(plan)}
     for label, kind in outline.items():
@@ -479,16 +499,82 @@ def next(a):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a join satisfied while some children are still running (any_succeeded / at_least) gives "
-    "those children 'kind': null in context.json (services/waiting.children_context), and "
-    "runtime.ChildResult.from_json requires a string kind, so AttemptContext.load raises in "
-    "Attempt.initialize and the next step can never start (runner_exit until the budget is spent)",
-)
 def test_a_join_satisfied_early_still_starts_the_next_step(harness) -> None:
     ref = harness.publish(EARLY_JOIN)
     parent = harness.submit(ref, step="start", maximum_attempts_per_activation=1)
     assert harness.run(workers=3) == 0
     assert harness.show(parent)["kind"] == "succeeded", harness.describe(parent)
     assert harness.report(parent, 1)["fast"] == "succeeded"
+
+
+INSTALLED = """
+run = Runner("e2e")
+
+
+@run.step
+def start(a):
+    runner = RunnerRef.installed(a.input("path"), a.input("sha256"))
+    a.spawn(ChildSpec(step="greet", inputs={"who": "installed"}, runner=runner), label="installed")
+    a.gather("done")
+
+
+@run.step
+def done(a):
+    a.succeed()
+"""
+
+
+def test_spawn_with_runner_ref_installed(harness, tmp_path) -> None:
+    search = tmp_path / "installed-runners"
+    (search / "tools").mkdir(parents=True)
+    source = harness.write_runner(OTHER_RUNNER)
+    installed = search / "tools" / "greet.py"
+    installed.write_bytes(source.read_bytes())
+    sha256 = hashlib.sha256(installed.read_bytes()).hexdigest()
+    ref = harness.publish(INSTALLED)
+    parent = harness.submit(ref, step="start", inputs={"path": "tools/greet.py", "sha256": sha256})
+    assert harness.run(runner_search_paths=(str(search),)) == 0
+    assert harness.show(parent)["kind"] == "succeeded", harness.describe(parent)
+    child = harness.child(parent, "installed")
+    assert child["runner"] == {"source": "installed", "path": "tools/greet.py", "sha256": sha256}
+    greeting = harness.workdir(child["job_id"]) / "greeting.txt"
+    assert greeting.read_text(encoding="utf-8") == "hello installed"
+
+
+UNRESOLVABLE = """
+from httk.workflow import JobSpec, prepare_job_payload
+
+run = Runner("e2e")
+
+
+@run.step
+def start(a):
+    child = a.workdir / "child"
+    # A pool no manager of this test serves: the child stays ready, so the test can lose it.
+    spec = JobSpec(name="lost", workflow="e2e", runner_source=a.job.runner_source, runner_path=a.job.runner_path,
+                   runner_sha256=a.job.runner_sha256, initial_step="start", pool="nobody")
+    prepare_job_payload(child, spec)
+    a.spawn(child, label="lost")
+    a.gather("done", when="all_terminal")
+
+
+@run.step
+def done(a):
+    a.succeed()
+"""
+
+
+def test_an_unresolvable_child_fails_the_join_after_its_grace(harness) -> None:
+    ref = harness.publish(UNRESOLVABLE)
+    parent = harness.submit(ref, step="start")
+    assert harness.run() == 0
+    assert harness.show(parent)["kind"] == "waiting", harness.describe(parent)
+    lost = harness.child(parent, "lost")
+    assert lost["kind"] == "ready"
+    shutil.rmtree(harness.payload(lost["job_id"]))
+    assert harness.run(join_grace_seconds=0.0) == 0
+    show = harness.show(parent)
+    assert show["kind"] == "failed", harness.describe(parent)
+    assert show["failure"]["code"] == "dependency_failure"
+    assert show["failure"]["details"]["unresolved"] == ["lost"]
+    assert harness.events(parent)[-2:] == ["join_note", "join_unresolvable"]

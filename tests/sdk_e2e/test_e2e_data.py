@@ -121,12 +121,6 @@ def test_a_gathered_transactional_child_exposes_its_data(harness) -> None:
     assert harness.report(parent, 1) == {"data": str(harness.data(child["job_id"])), "text": "from the child"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/transactions.apply_transaction raises TransactionError for a staged remove of a "
-    "missing destination without missing_ok, and Manager.commit does not catch it: the exception "
-    "escapes Manager.run, the manager dies, and the job is left in 'committing' instead of failing",
-)
 def test_a_remove_of_missing_data_fails_the_job_not_the_manager(harness) -> None:
     ref = harness.publish(
         """
@@ -142,7 +136,7 @@ def test_a_remove_of_missing_data_fails_the_job_not_the_manager(harness) -> None
     job = harness.submit(ref, data_mode="transactional")
     try:
         status = harness.run()
-    except Exception as error:  # noqa: BLE001 - the bug is exactly that this escapes
+    except Exception as error:  # the bug is exactly that this escapes Manager.run
         pytest.fail(f"the manager died committing the outcome: {error!r}")
     assert status == 0
     assert harness.show(job)["kind"] == "failed"

@@ -177,13 +177,6 @@ def test_setting_layers_inputs_env_workspace_default(harness, monkeypatch: pytes
     assert context["settings"] == report["snapshot"] == expected_snapshot
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/attempts.prepare_attempt applies scalar_settings_env() over the manager's own "
-    "environment, so a real HTTK_<NAME> deployment override is replaced by the workspace value and the "
-    "environment layer can never beat the workspace layer (spec 000 'Application settings', 002 "
-    "Attempt.setting)",
-)
 def test_deployment_environment_beats_the_workspace_setting(harness, monkeypatch: pytest.MonkeyPatch) -> None:
     harness.ws.set_setting("vasp.command", "srun vasp")
     monkeypatch.setenv("HTTK_VASP_COMMAND", "mpirun -n 4 vasp_std")
@@ -394,7 +387,12 @@ run = Runner("e2e")
 
 @run.step
 def main(a):
-    save(a, {"steps": sorted(run.steps), "workflow": run.workflow, "description": run.description()})
+    save(a, {
+        "steps": sorted(run.steps),
+        "workflow": run.workflow,
+        "description": run.description(),
+        "duplicate": DUPLICATE,
+    })
     try:
         a.advance("mian")
     except ValueError as error:
@@ -405,6 +403,13 @@ def main(a):
 @run.step(name="collect-results")
 def collect(a):
     a.succeed()
+
+
+try:
+    run.step(name="main")(collect)
+    DUPLICATE = None
+except ValueError as error:
+    DUPLICATE = str(error)
 """
 
 
@@ -417,6 +422,7 @@ def test_runner_steps_in_the_state_frame_and_runner_steps_json(harness) -> None:
     assert show["runner_steps"] == ["collect-results", "main"]
     report = harness.report(job, 0)
     assert report["steps"] == ["collect-results", "main"] and report["workflow"] == "e2e"
+    assert "step 'main' is already registered in runner 'e2e'" in report["duplicate"]
     assert report["description"] == {
         "format": "httk-workflow-runner-description",
         "format_version": 1,
@@ -465,3 +471,14 @@ def test_describe_prints_the_steps_and_touches_nothing(harness, tmp_path: Path) 
     assert sorted(os.listdir(runner.parent)) == before
     unbound = subprocess.run([sys.executable, str(runner)], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert unbound.returncode != 0 and "must be launched by an httk-workflow task manager" in unbound.stderr
+
+
+def test_a_describe_request_in_the_manager_environment_does_not_reach_attempts(
+    harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTK_WORKFLOW_DESCRIBE", "1")
+    ref = harness.publish(READ_EVERYTHING)
+    job = harness.submit(ref, inputs={"encut": 1})
+    assert harness.run() == 0
+    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    assert "HTTK_WORKFLOW_DESCRIBE" not in harness.report(job)["env"]

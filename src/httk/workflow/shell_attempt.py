@@ -259,13 +259,7 @@ def cmd_context(session: Session, args: list[str]) -> int:
 def cmd_input(session: Session, args: list[str]) -> int:
     """One job input (``Attempt.input``); a missing one without a default is absent."""
     count_args(args, 1, 2, "httk_workflow_input NAME [DEFAULT]")
-    attempt = session.attempt()
-    if args[0] in attempt.inputs:
-        session.emit(attempt.input(args[0]))
-    elif len(args) == 2:
-        session.emit(args[1])
-    else:
-        raise Absent(args[0])
+    session.emit(session.attempt().input(*args))  # KeyError without a default: status 1
     return EXIT_OK
 
 

@@ -92,7 +92,7 @@ def cmd_error(session: Session, args: list[str]) -> int:
     from .fileio import durable_from_env
     from .outcome import DRAFT_PREFIX, write_error
 
-    options, positional = parse_options(args, values=("step", "file", "line", "command", "status", "kind"), flags=())
+    options, positional = parse_options(args, values=("step", "file", "line", "command", "status", "kind"))
     count_args(positional, 0, 0, "error --step S --status N --file F --line L --command C [--kind errexit|exit]")
     control = os.environ.get("HTTK_WORKFLOW_CONTROL_DIR")
     if not control:
@@ -100,19 +100,18 @@ def cmd_error(session: Session, args: list[str]) -> int:
     # Deliberately without binding an Attempt: a breadcrumb must be written even when the context is corrupt.
     for draft in Path(control).glob(f"{DRAFT_PREFIX}*"):
         shutil.rmtree(draft, ignore_errors=True)
-    status = integer_arg(options.get("status", "1"), "--status")
-    command = options.get("command", "")
+    # Lenient throughout: the breadcrumb matters more than any one of its members.
+    status, command, line = options.get("status", "?"), options.get("command", ""), options.get("line", "")
     if options.get("kind", "errexit") == "errexit":
         exception, message = "CommandFailed", f"command {command!r} failed with status {status}"
     else:
         exception, message = "HandlerExit", f"the handler exited with status {status} ({command})"
-    line = options.get("line") or None
     document = {
         "step": options.get("step") or os.environ.get("HTTK_WORKFLOW_STEP"),
         "exception": exception,
         "message": message,
         "file": options.get("file") or None,
-        "line": integer_arg(line, "--line") if line is not None else None,
+        "line": int(line) if line.isdigit() else None,
         "command": command,
     }
     write_error(Path(control), document, durable=durable_from_env())

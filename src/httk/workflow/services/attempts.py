@@ -204,7 +204,9 @@ def prepare_attempt(
     }
     fs.write_atomic(f"{control}/context.json", codec.encode(context), durable=durable)
     env = dict(settings.base_env)
-    env.update(scalar_settings_env(workspace_settings))
+    for name, value in scalar_settings_env(workspace_settings).items():
+        # A real HTTK_* deployment override in the manager's environment outranks the workspace setting.
+        env.setdefault(name, value)
     env.update(
         {
             "HTTK_WORKFLOW_CONTEXT": f"{control}/context.json",

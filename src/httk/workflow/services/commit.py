@@ -202,7 +202,12 @@ def note_for_parent(
     parent_id = link.get("job_id")
     if not isinstance(parent_id, str):
         return
+    try:
+        data_mode = parse_job_bytes(fs.read_bytes(f"{payload}/job.json"), "job.json").data_mode
+    except (FileNotFoundError, codec.DocumentError):
+        data_mode = "none"
     note = {
+        "data": f"{layout.data_dir(marker.job_id)}/current" if data_mode == "transactional" else None,
         "kind": kind.value,
         "failure": failure,
         "job_id": marker.job_id,

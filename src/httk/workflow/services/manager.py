@@ -18,6 +18,7 @@ import attrs
 
 from .. import codec
 from ..domain.lifecycle import ACTIVE_KINDS, Event, StateKind, next_kind
+from ..domain.model import Failure
 from ..domain.scheduling import Candidate, Offer, Requirements, best_within_window, mismatches
 from ..ports import LaunchedProcess, ProcessControl, Verifier
 from .attempts import AttemptPlan, LaunchRefused, LaunchSettings, prepare_attempt
@@ -30,7 +31,7 @@ from .recovery import Recovery
 from .requests import RequestProcessor
 from .store import JobDamage, JobView, LostRace
 from .summary import summarize
-from .transactions import apply_transaction
+from .transactions import TransactionError, apply_transaction
 from .waiting import WaitingPass
 from .workspaces import WorkspaceHandle
 
@@ -357,6 +358,7 @@ class Manager:
         frame = view.frame
         spec = view.spec
         assert spec is not None
+        previous_attempt = frame.attempt_id
         owner = {"manager_id": self.id, "host": self.host, "lease_seconds": self.lease, "claimed_at": self.clock.now()}
         try:
             claimed, frame = self.store.transition(
@@ -388,7 +390,7 @@ class Manager:
                 workspace_settings=self.handle.settings(),
                 children=self.waiting.children_context(frame),
                 restart={
-                    "previous_attempt_id": None,
+                    "previous_attempt_id": previous_attempt,
                     "unclean": frame.unclean_exits > 0,
                     "takeover": frame.takeover,
                     "last_failure": frame.failure,
@@ -459,14 +461,26 @@ class Manager:
         self, marker: Marker, frame: Any, spec: Any, control: str, outcome: Outcome, *, recovering: bool
     ) -> None:
         """Apply an outcome to a job this manager holds in ``committing``."""
-        if outcome.published and outcome.transaction and spec.data_mode == "transactional":
-            apply_transaction(self.fs, self.layout, marker.job_id, control, outcome.transaction,
-                              durable=self.handle.durable)
+        applied = False
+        if outcome.published and outcome.transaction:
+            if spec.data_mode != "transactional":
+                outcome = Outcome("fail", failure=Failure(
+                    "protocol_error", "the outcome stages data operations but the job's data mode is none"),
+                    published=False)
+            else:
+                try:
+                    apply_transaction(self.fs, self.layout, marker.job_id, control, outcome.transaction,
+                                      durable=self.handle.durable)
+                    applied = True
+                except TransactionError as error:
+                    outcome = Outcome("fail", failure=Failure("transaction_error", str(error)), published=False)
         if outcome.published and outcome.spawned:
             created = create_children(self.store, control, outcome, marker, recovering=recovering)
             if created:
                 log.info("job %s spawned %d children", marker.key, len(created))
         decision: Decision = decide(outcome, frame, spec, self.ids)
+        if applied:
+            decision.changes["data_generation"] = frame.data_generation + 1
         if outcome.failure is not None and outcome.failure.code in ("protocol_error", "runner_exit", "runner_error"):
             log.warning("job %s attempt %d: %s", marker.key, frame.total_attempts, outcome.failure.message)
         self.finish(marker, frame, decision.event, decision.changes, workdir=self._workdir_of(spec, control, marker))

@@ -16,6 +16,7 @@ import attrs
 from .. import codec
 from ..domain.model import JOIN_CONDITIONS, Failure, ValidationError, check_step, check_tag
 from ..ports import Filesystem
+from ..protocol import parse_job_bytes
 
 OUTCOME_FORMAT = "httk-workflow-outcome"
 ACTIONS = ("advance", "wait", "succeed", "fail", "retry", "pause")
@@ -53,7 +54,7 @@ def read_outcome(fs: Filesystem, control: str, returncode: int | None) -> Outcom
     if fs.exists(ready):
         try:
             return _parse_ready(fs, ready)
-        except (codec.DocumentError, ValidationError, ValueError) as error:
+        except (codec.DocumentError, ValidationError, ValueError, OSError) as error:
             return _protocol_error(f"malformed outcome: {error}")
     return _synthesize(fs, control, returncode)
 
@@ -173,6 +174,12 @@ def _read_spawn(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
         if label in seen:
             raise check.fail(f"{path}.label", f"duplicate label {label!r}")
         seen.add(label)
+        payload = check.string(child, "payload", path) or ""
+        if "/" in payload.removeprefix("jobs/") or not payload.startswith("jobs/"):
+            raise check.fail(f"{path}.payload", "expected jobs/<job-key>")
+        job_file = f"{ready}/children/{payload}/job.json"
+        if fs.exists(f"{ready}/children/{payload}"):
+            parse_job_bytes(fs.read_bytes(job_file), job_file)
         out.append(
             {
                 "label": label,

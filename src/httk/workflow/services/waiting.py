@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .. import codec
 from ..domain import budgets
 from ..domain.frames import StateFrame
 from ..domain.joins import JoinAction, resolve_join
 from ..domain.lifecycle import Event, StateKind
 from ..domain.model import Failure, JoinSpec
+from ..protocol import parse_job_bytes
 from .commit import counters_of, new_activation, read_notes
 from .markers import Marker
 from .store import JobDamage
@@ -103,6 +105,13 @@ class WaitingPass:
         log.info("job %s: join failed: %s", marker.key, decision.reason)
         return m.finish(marker, frame, event, {"failure": failure.to_json()}) is not None
 
+    def _data_of(self, job_id: str, payload: str) -> str | None:
+        try:
+            spec = parse_job_bytes(self.m.fs.read_bytes(f"{payload}/job.json"), f"{payload}/job.json")
+        except (FileNotFoundError, codec.DocumentError):
+            return None
+        return f"{self.m.layout.data_dir(job_id)}/current" if spec.data_mode == "transactional" else None
+
     def children_context(self, frame: StateFrame) -> list[dict[str, Any]]:
         """The ``children`` of context.json: the join that started this activation, else empty."""
         join = frame.join
@@ -112,8 +121,11 @@ class WaitingPass:
         layout = self.m.layout
         out = []
         for child in join.get("children", []):
-            note = notes.get(child["job_id"], {})
+            note = notes.get(child["job_id"])
             payload = layout.payload(child["placement"], child["job_key"])
+            if note is None:
+                # A join satisfied early (any_succeeded, at_least) can leave children still active.
+                note = {"kind": "active", "data": self._data_of(child["job_id"], payload)}
             out.append(
                 {
                     "label": child["label"],
@@ -123,7 +135,7 @@ class WaitingPass:
                     "failure": note.get("failure"),
                     "payload": payload,
                     "workdir": note.get("workdir") or layout.persistent_workdir(child["job_id"]),
-                    "data": f"{layout.data_dir(child['job_id'])}/current",
+                    "data": note.get("data"),
                 }
             )
         return out
