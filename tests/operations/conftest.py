@@ -58,7 +58,9 @@ sys.exit(manager.run())
 """
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition", every: float = 0.02) -> Any:
+def wait_until(
+    condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition", every: float = 0.02
+) -> Any:
     """Poll ``condition`` until it returns something truthy; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -123,7 +125,8 @@ class ManagerProcess:
             self.popen.kill()
             self.popen.wait(5)
             raise AssertionError(
-                f"manager {self.popen.args} did not exit within {timeout}s\nstdout: {self.stdout}\nstderr: {self.stderr}"
+                f"manager {self.popen.args} did not exit within {timeout}s\n"
+                f"stdout: {self.stdout}\nstderr: {self.stderr}"
             ) from None
 
     def signal(self, signum: int) -> None:

@@ -49,7 +49,7 @@ def test_cancel_terminates_the_whole_group_and_records_the_evidence(ops):
     assert terminal["process"] is None and terminal["owner"] is None
     applied = ops.requests("applied")
     assert [request["action"] for request in applied] == ["cancel"]
-    assert "cancelled" in manager.stdout.splitlines()[-1]
+    assert "0 failed, 1 cancelled" in manager.stdout.splitlines()[-1]
 
 
 def test_a_runner_ignoring_sigterm_is_killed_after_the_grace(ops):

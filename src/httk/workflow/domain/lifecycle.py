@@ -63,6 +63,7 @@ class Event(StrEnum):
     OPERATOR_PAUSE = "operator_pause"
     DEFER_PAUSE = "defer_pause"
     OPERATOR_CONTINUE = "operator_continue"
+    OPERATOR_RESUME_WAIT = "operator_resume_wait"
     OPERATOR_CANCEL = "operator_cancel"
     CANCEL_VERIFIED = "cancel_verified"
     OPERATOR_OVERRIDE_STEP = "operator_override_step"
@@ -114,6 +115,8 @@ TRANSITIONS: dict[tuple[StateKind, Event], StateKind] = {
     (S.COMMITTING, E.DEFER_PAUSE): S.COMMITTING,
     (S.PAUSED, E.OPERATOR_CONTINUE): S.READY,
     (S.FAILED, E.OPERATOR_CONTINUE): S.READY,
+    # A job paused while waiting resumes its join instead of rerunning the step that spawned it.
+    (S.PAUSED, E.OPERATOR_RESUME_WAIT): S.WAITING,
     (S.SUBMITTED, E.OPERATOR_CANCEL): S.CANCELLED,
     (S.READY, E.OPERATOR_CANCEL): S.CANCELLED,
     (S.CLAIMED, E.OPERATOR_CANCEL): S.CANCELLED,
@@ -122,6 +125,7 @@ TRANSITIONS: dict[tuple[StateKind, Event], StateKind] = {
     # A running attempt is fenced first; only a verified exit makes it cancelled.
     (S.RUNNING, E.OPERATOR_CANCEL): S.CANCELLING,
     (S.CANCELLING, E.CANCEL_VERIFIED): S.CANCELLED,
+    (S.SUBMITTED, E.OPERATOR_OVERRIDE_STEP): S.READY,
     (S.READY, E.OPERATOR_OVERRIDE_STEP): S.READY,
     (S.PAUSED, E.OPERATOR_OVERRIDE_STEP): S.READY,
     (S.FAILED, E.OPERATOR_OVERRIDE_STEP): S.READY,

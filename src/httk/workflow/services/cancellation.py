@@ -73,7 +73,7 @@ class Cancellation:
             log.warning("cancelling job %s unreadable: %s", marker.key, damage)
             return False
         owner = (view.frame.owner or {}).get("manager_id")
-        if owner not in (None, m.id) and m.recovery.heartbeat_age(str(owner)) <= m.lease:
+        if owner not in (None, m.id) and not m.recovery.is_stale(str(owner)):
             return False
         if not m.owned_by_me(marker):
             return False

@@ -359,6 +359,7 @@ class Manager:
         spec = view.spec
         assert spec is not None
         previous_attempt = frame.attempt_id
+        previous_takeover = frame.takeover
         owner = {"manager_id": self.id, "host": self.host, "lease_seconds": self.lease, "claimed_at": self.clock.now()}
         try:
             claimed, frame = self.store.transition(
@@ -371,6 +372,7 @@ class Manager:
                 total_attempts=frame.total_attempts + 1,
                 activation_id=frame.activation_id or self.ids.new_id(),
                 activation_ordinal=max(frame.activation_ordinal, 1),
+                takeover=None,
             )
         except LostRace:
             return
@@ -392,7 +394,7 @@ class Manager:
                 restart={
                     "previous_attempt_id": previous_attempt,
                     "unclean": frame.unclean_exits > 0,
-                    "takeover": frame.takeover,
+                    "takeover": previous_takeover,
                     "last_failure": frame.failure,
                 },
                 now=self.clock.now(),
@@ -447,15 +449,39 @@ class Manager:
 
     def commit_exited(self, running: Running, returncode: int) -> None:
         marker, frame = running.marker, running.view.frame
-        try:
-            marker, frame = self.store.transition(
-                marker, frame, Event.PUBLISH, notes={**frame.notes, "returncode": returncode}
-            )
-        except LostRace:
-            log.info("job %s changed under its attempt (cancelled?); not committing", marker.key)
+        for _try in range(3):
+            try:
+                marker, frame = self.store.transition(
+                    marker, frame, Event.PUBLISH, notes={**frame.notes, "returncode": returncode}
+                )
+                break
+            except LostRace:
+                # Another actor (a deferred pause applied elsewhere) may have renamed the running marker
+                # of this very attempt; anything else (a cancel) means the attempt is not ours to commit.
+                current = self._current_running(marker, frame.attempt_id)
+                if current is None:
+                    log.info("job %s changed under its attempt (cancelled?); not committing", marker.key)
+                    return
+                marker, frame = current
+        else:
             return
         outcome = read_outcome(self.fs, running.plan.control, returncode)
         self.commit(marker, frame, running.view.spec, running.plan.control, outcome, recovering=False)
+
+    def _current_running(self, marker: Marker, attempt_id: str | None) -> tuple[Marker, Any] | None:
+        """The job's current ``running`` marker and frame if it is still the same attempt."""
+        prefix = f"{marker.key}."
+        for entry in self.fs.scandir(f"{self.layout.kind_dir(StateKind.RUNNING)}/{marker.placement}"):
+            if not entry.name.startswith(prefix):
+                continue
+            try:
+                current = Marker.parse(StateKind.RUNNING, marker.placement, entry.name)
+                frame = self.store.read_frame(current)
+            except (ValueError, JobDamage):
+                return None
+            if frame is not None and frame.attempt_id == attempt_id:
+                return current, frame
+        return None
 
     def commit(
         self, marker: Marker, frame: Any, spec: Any, control: str, outcome: Outcome, *, recovering: bool

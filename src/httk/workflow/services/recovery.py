@@ -11,6 +11,7 @@ it did publish), so the job's retry budget governs what happens next. Spec: 000
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 from .. import codec
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
     from .manager import Manager
 
 log = logging.getLogger("httk.workflow.manager")
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: a heartbeat that never came (or a stopped owner) is recorded as null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
 
@@ -34,26 +40,37 @@ class Recovery:
 
     def __init__(self, manager: Manager) -> None:
         self.m = manager
-        self._beats: dict[str, tuple[float, float | None]] = {}
+        self._beats: dict[str, tuple[float, float | None, float | None]] = {}
 
-    def heartbeat_age(self, manager_id: str) -> float:
-        """Seconds since ``manager_id`` last heartbeat (infinite when it never did)."""
+    def _beat(self, manager_id: str) -> tuple[float | None, float | None]:
+        """(time of the last heartbeat, the lease it declared); ``None`` time when stopped or never."""
         m = self.m
-        now = m.clock.now()
         cached = self._beats.get(manager_id)
         if cached is not None and m.clock.monotonic() - cached[0] < 1.0:
-            beat = cached[1]
-        else:
-            path = f"{m.layout.managers}/{manager_id}/heartbeat.json"
-            try:
-                document = codec.decode_object(m.fs.read_bytes(path), path)
-                beat = float(document["time"])
-                if document.get("stopped"):
-                    beat = None
-            except (FileNotFoundError, codec.DocumentError, KeyError, TypeError, ValueError):
+            return cached[1], cached[2]
+        path = f"{m.layout.managers}/{manager_id}/heartbeat.json"
+        beat: float | None
+        lease: float | None = None
+        try:
+            document = codec.decode_object(m.fs.read_bytes(path), path)
+            beat = float(document["time"])
+            lease = float(document.get("lease_seconds") or 0) or None
+            if document.get("stopped"):
                 beat = None
-            self._beats[manager_id] = (m.clock.monotonic(), beat)
-        return float("inf") if beat is None else max(0.0, now - beat)
+        except (FileNotFoundError, codec.DocumentError, KeyError, TypeError, ValueError):
+            beat = None
+        self._beats[manager_id] = (m.clock.monotonic(), beat, lease)
+        return beat, lease
+
+    def heartbeat_age(self, manager_id: str) -> float:
+        """Seconds since ``manager_id`` last heartbeat (infinite when it stopped or never did)."""
+        beat, _lease = self._beat(manager_id)
+        return float("inf") if beat is None else max(0.0, self.m.clock.now() - beat)
+
+    def is_stale(self, manager_id: str) -> bool:
+        """Whether ``manager_id`` is silent for longer than the lease it declared itself."""
+        beat, lease = self._beat(manager_id)
+        return beat is None or self.m.clock.now() - beat > (lease or self.m.lease)
 
     def consider(self, marker: Marker) -> bool:
         """Recover one owned job if the rules admit it; True when it transitioned."""
@@ -98,7 +115,9 @@ class Recovery:
         log.log(_LEVELS.get(verdict.log_level, logging.INFO), "job %s: %s", marker.key, verdict.message)
         if verdict.action in (TakeoverAction.LEAVE, TakeoverAction.ADOPT):
             return False
-        evidence = {**verdict.evidence, "by": m.id, "at": m.clock.now(), "previous_owner": owner_id}
+        evidence = {key: _finite(value) for key, value in verdict.evidence.items()}
+        evidence.update({"by": m.id, "at": m.clock.now(), "previous_owner": owner_id,
+                         "owner_stopped": math.isinf(observation.heartbeat_age)})
         me = {"manager_id": m.id, "host": m.host, "lease_seconds": m.lease, "claimed_at": m.clock.now()}
         if verdict.action == TakeoverAction.RELEASE:
             changes: dict[str, Any] = {

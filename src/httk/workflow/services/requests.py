@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from .. import codec
 from ..domain import budgets
 from ..domain.lifecycle import TRANSITIONS, Event, StateKind
@@ -145,7 +147,7 @@ class RequestProcessor:
         for holder in m.fs.scandir(f"{self._dir}/claimed"):
             if holder.name == m.id or not holder.is_dir:
                 continue
-            if m.recovery.heartbeat_age(holder.name) <= m.lease:
+            if not m.recovery.is_stale(holder.name):
                 continue
             for entry in m.fs.scandir(holder.path):
                 try:
@@ -206,6 +208,11 @@ class RequestProcessor:
             self._move(path, "retired", name, "lost the race to another transition", request)
             return False
         self._move(path, "applied", name, f"applied as {event.value}", request)
+        mine = m.running.get(view.marker.job_id)
+        if mine is not None and result[0].kind == StateKind.RUNNING:
+            # A deferred pause renamed our own running marker: keep watching it under its new name.
+            mine.marker = result[0]
+            mine.view = attrs.evolve(mine.view, marker=result[0], frame=result[1])
         if result[0].kind == StateKind.CANCELLING:
             m.cancellation.start(result[0], result[1])
         return True
@@ -230,6 +237,10 @@ class RequestProcessor:
                     return None, {}, f"continue does not fit the retry budget: {verdict.reason}"
                 return Event.OPERATOR_CONTINUE, {"attempt_ordinal": 0, "failure": None}, ""
             if kind == StateKind.PAUSED:
+                join = frame.join or {}
+                if join and not join.get("resolved"):
+                    # Paused while waiting: resume the same join rather than rerun the spawning step.
+                    return Event.OPERATOR_RESUME_WAIT, {"pause_requested": False}, ""
                 return Event.OPERATOR_CONTINUE, {"pause_requested": False}, ""
             if frame.pause_requested and (kind, Event.DEFER_PAUSE) in TRANSITIONS:
                 return Event.DEFER_PAUSE, {"pause_requested": False}, ""
