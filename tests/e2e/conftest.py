@@ -2,12 +2,9 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "defects"
+from e2e_support import EXAMPLE
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import EXAMPLE
+from e2e_support import EXAMPLE
 
 HTTK = str(Path(sys.executable).with_name("httk"))
 

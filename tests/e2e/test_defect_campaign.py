@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import EXAMPLE
+from e2e_support import EXAMPLE
 
 from httk.workflow.bootstrap import build_manager, default_container
 from httk.workflow.services import inspection

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import write_payload
+from svc_support import write_payload
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import Event, StateKind

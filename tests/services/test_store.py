@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import write_payload
+from svc_support import write_payload
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import Event, IllegalTransition, StateKind

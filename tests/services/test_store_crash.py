@@ -6,7 +6,7 @@ either as before the operation or as after it, never between.
 
 from __future__ import annotations
 
-from conftest import ROOT, write_payload
+from svc_support import ROOT, write_payload
 
 from httk.workflow.domain.lifecycle import Event, StateKind
 from httk.workflow.services.store import JobDamage

@@ -12,11 +12,20 @@ import json
 from typing import Any, TypeVar
 
 import attrs
-import cattrs
 
 T = TypeVar("T")
 
-converter = cattrs.Converter(forbid_extra_keys=True)
+_converter: Any = None
+
+
+def converter() -> Any:
+    """The one cattrs converter (created on first use: runner-side code never pays its import)."""
+    global _converter
+    if _converter is None:
+        import cattrs
+
+        _converter = cattrs.Converter(forbid_extra_keys=True)
+    return _converter
 
 
 class DocumentError(ValueError):
@@ -59,18 +68,22 @@ def decode_object(data: bytes, document: str) -> dict[str, Any]:
 
 def structure(value: Any, cls: type[T], document: str) -> T:
     """Structure ``value`` into ``cls`` with the shared converter; errors name the member."""
+    import cattrs
+
     try:
-        return converter.structure(value, cls)
-    except cattrs.BaseValidationError as error:
+        return converter().structure(value, cls)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as error:
         member, problem = _first_problem(error)
         raise DocumentError(document, member, problem) from None
 
 
 def unstructure(value: Any) -> Any:
-    return converter.unstructure(value)
+    return converter().unstructure(value)
 
 
 def _first_problem(error: BaseException, path: str = "$") -> tuple[str, str]:
+    import cattrs
+
     if isinstance(error, cattrs.BaseValidationError):
         for inner in error.exceptions:
             note = _note(inner)
@@ -150,3 +163,24 @@ class Checked:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise self.fail(f"{path}.{key}", "expected an array of strings")
         return list(value)
+
+
+FRAME_FORMAT = "httk-workflow-state-frame"
+
+
+def frame_to_json(frame: Any) -> dict[str, Any]:
+    """A :class:`~httk.workflow.domain.frames.StateFrame` as its journal document."""
+    document = unstructure(frame)
+    document["format"] = FRAME_FORMAT
+    document["format_version"] = 1
+    return document
+
+
+def frame_from_json(document: dict[str, Any]) -> Any:
+    """A journal document as a ``StateFrame``; raises :class:`DocumentError` naming the member."""
+    from .domain.frames import StateFrame
+
+    if document.get("format") != FRAME_FORMAT or document.get("format_version") != 1:
+        raise DocumentError("state frame", "$.format", f"expected {FRAME_FORMAT} version 1")
+    values = {key: value for key, value in document.items() if key not in ("format", "format_version")}
+    return structure(values, StateFrame, "state frame")

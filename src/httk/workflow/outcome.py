@@ -152,6 +152,27 @@ class OutcomeDraft:
                 f"this attempt already published its outcome ({self.ready}); a step publishes exactly one"
             )
 
+    def resume(self) -> list[dict[str, Any]]:
+        """Adopt the one unpublished draft an earlier process of this attempt left; returns its children.
+
+        The Bash bridge builds one draft across many processes, so a new process
+        continues the existing ``outcome.tmp.*`` (its children and staged operations)
+        instead of starting another.
+        """
+        drafts = sorted(path for path in self._control.glob(f"{DRAFT_PREFIX}*") if path.is_dir())
+        if not drafts:
+            return []
+        if len(drafts) > 1:
+            names = ", ".join(path.name for path in drafts)
+            raise RuntimeError(f"{self._control} holds more than one unpublished draft ({names}); refusing to guess")
+        directory = drafts[0]
+        spawn = directory / "children" / "spawn.json"
+        manifest = directory / "transaction" / "manifest.json"
+        self.children = list(_read_json(spawn)["children"]) if spawn.is_file() else []
+        self.operations = list(_read_json(manifest)["operations"]) if manifest.is_file() else []
+        self._directory = directory
+        return self.children
+
     def ensure(self) -> Path:
         self.check_open()
         if self._directory is None:
@@ -373,3 +394,9 @@ def replay_workdir_batches(workdir: Path, *, durable: bool) -> list[str]:
             apply_sealed_batch(workdir, batch, durable=durable)
             replayed.append(batch.name)
     return replayed
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    from . import codec
+
+    return codec.decode_object(path.read_bytes(), os.fspath(path))

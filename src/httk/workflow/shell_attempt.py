@@ -200,28 +200,7 @@ def resume_draft(attempt: Attempt) -> None:
     own ``spawn.json`` and ``manifest.json``, so the next operation id and the
     label-uniqueness check continue where the previous process stopped.
     """
-    from . import codec
-    from .outcome import DRAFT_PREFIX
-
-    drafts = sorted(path for path in attempt.control.glob(f"{DRAFT_PREFIX}*") if path.is_dir())
-    if not drafts:
-        return
-    if len(drafts) > 1:
-        names = ", ".join(path.name for path in drafts)
-        raise RuntimeError(f"{attempt.control} holds more than one unpublished draft ({names}); refusing to guess")
-    draft = attempt._draft
-    directory = drafts[0]
-    children: list[dict[str, Any]] = []
-    spawn = directory / "children" / "spawn.json"
-    if spawn.is_file():
-        children = list(codec.decode_object(spawn.read_bytes(), os.fspath(spawn))["children"])
-    operations: list[dict[str, Any]] = []
-    manifest = directory / "transaction" / "manifest.json"
-    if manifest.is_file():
-        operations = list(codec.decode_object(manifest.read_bytes(), os.fspath(manifest))["operations"])
-    draft._directory = directory
-    draft.children = children
-    draft.operations = operations
+    children = attempt._draft.resume()
     attempt._labels = [str(child["label"]) for child in children]
 
 

@@ -14,8 +14,6 @@ import attrs
 
 from .lifecycle import StateKind
 
-FRAME_FORMAT = "httk-workflow-state-frame"
-
 
 @attrs.frozen
 class StateFrame:
@@ -54,34 +52,3 @@ class StateFrame:
 
     def evolve(self, **changes: Any) -> StateFrame:
         return attrs.evolve(self, **changes)
-
-    def to_json(self) -> dict[str, Any]:
-        document = attrs.asdict(self, recurse=False)
-        document["kind"] = self.kind.value
-        document["runner_steps"] = list(self.runner_steps) if self.runner_steps is not None else None
-        document["format"] = FRAME_FORMAT
-        document["format_version"] = 1
-        return document
-
-    @classmethod
-    def from_json(cls, document: dict[str, Any]) -> StateFrame:
-        """Build a frame from its JSON; raises ``ValueError`` naming the member that is wrong."""
-        if document.get("format") != FRAME_FORMAT or document.get("format_version") != 1:
-            raise ValueError("state frame @ $.format: not an httk-workflow-state-frame version 1")
-        values = {key: value for key, value in document.items() if key not in ("format", "format_version")}
-        names = {field.name for field in attrs.fields(cls)}
-        unknown = set(values) - names
-        if unknown:
-            raise ValueError(f"state frame @ $.{sorted(unknown)[0]}: unknown member")
-        try:
-            values["kind"] = StateKind(values["kind"])
-            if values.get("runner_steps") is not None:
-                values["runner_steps"] = tuple(values["runner_steps"])
-            for key in ("generation", "priority", "activation_ordinal", "attempt_ordinal", "total_attempts"):
-                if not isinstance(values.get(key, 0), int):
-                    raise ValueError(f"state frame @ $.{key}: expected int")
-            return cls(**values)
-        except KeyError as error:
-            raise ValueError(f"state frame @ $.{error.args[0]}: missing member") from None
-        except TypeError as error:
-            raise ValueError(f"state frame @ $: {error}") from None

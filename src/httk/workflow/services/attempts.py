@@ -219,6 +219,8 @@ def prepare_attempt(
             "HTTK_WORKFLOW_JOB_ID": job_id,
             "HTTK_WORKFLOW_ATTEMPT_ID": attempt_id,
             "HTTK_WORKFLOW_SHELL_LIB": settings.shell_lib,
+            # The interpreter that has httk.workflow: the Bash SDK's bridge runs under it.
+            "HTTK_WORKFLOW_PYTHON": settings.python,
         }
     )
     env.pop("HTTK_WORKFLOW_DATA_DIR", None)

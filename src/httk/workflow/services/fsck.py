@@ -17,7 +17,6 @@ from typing import Any
 import attrs
 
 from .. import codec
-from ..domain.frames import StateFrame
 from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
 from .journal import RecordRef
 from .markers import Marker
@@ -92,7 +91,7 @@ class Fsck:
                 return attrs.evolve(problem, action="quarantined")
             return attrs.evolve(problem, action="unrepairable: no readable older frame")
         ref, document = recovered
-        frame = StateFrame.from_json(document)
+        frame = codec.frame_from_json(document)
         new_frame = frame.evolve(
             generation=marker.generation + 1,
             kind=marker.kind,
@@ -102,7 +101,7 @@ class Fsck:
             priority=marker.priority,
             reason=f"fsck repaired {damage.code}; recovered generation {frame.generation}",
         )
-        new_ref = self.store.writer.append(new_frame.to_json())
+        new_ref = self.store.writer.append(codec.frame_to_json(new_frame))
         new_marker = attrs.evolve(marker, generation=new_frame.generation, ref=str(new_ref))
         try:
             self.fs.rename(path, self.store.marker_path(new_marker), durable=self.handle.durable)

@@ -132,8 +132,8 @@ class Store:
         except FrameDamage as damage:
             raise JobDamage(damage.code, damage.message, marker) from None
         try:
-            frame = StateFrame.from_json(document)
-        except ValueError as error:
+            frame = codec.frame_from_json(document)
+        except codec.DocumentError as error:
             raise JobDamage("checksum_mismatch", str(error), marker) from None
         if (
             frame.job_id != marker.job_id
@@ -181,7 +181,7 @@ class Store:
             priority=priority,
             **changes,
         )
-        ref = self.writer.append(frame.to_json())
+        ref = self.writer.append(codec.frame_to_json(frame))
         new_marker = Marker(kind, marker.placement, marker.key, priority, frame.generation, str(ref))
         try:
             self.fs.rename(self.marker_path(marker), self.marker_path(new_marker), durable=self.config.durable)
