@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
-import attrs
-
 T = TypeVar("T")
 
 _converter: Any = None
@@ -123,11 +121,13 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
-@attrs.frozen
 class Checked:
     """A tiny member checker for hand-validated documents (job.json, outcome.json)."""
 
-    document: str
+    __slots__ = ("document",)
+
+    def __init__(self, document: str) -> None:
+        self.document = document
 
     def fail(self, member: str, problem: str) -> DocumentError:
         return DocumentError(self.document, member, problem)
