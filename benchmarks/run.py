@@ -25,7 +25,8 @@ from httk.workflow.workspace import Workspace
 SUCCEED = (
     "#!/bin/bash\n"
     'd="$HTTK_WORKFLOW_CONTROL_DIR/outcome.tmp.1"; mkdir -p "$d"\n'
-    "printf '{\"action\":\"succeed\",\"format\":\"httk-workflow-outcome\",\"format_version\":1}\\n' > \"$d/outcome.json\"\n"
+    "printf '{\"action\":\"succeed\",\"format\":\"httk-workflow-outcome\",\"format_version\":1}\\n'"
+    ' > "$d/outcome.json"\n'
     'mv "$d" "$HTTK_WORKFLOW_CONTROL_DIR/outcome.ready"\n'
 )
 
@@ -132,7 +133,8 @@ def main() -> None:
         rows.append(("manager, trivial jobs, 2 workers", f"{rate:.1f} jobs/s"))
         rows.append(("runner outcome → committed marker (median)", f"{latency * 1e3:.1f} ms"))
         for history in (0, 20000 * scale):
-            rows.append((f"discovery cycle, {history} terminal markers", f"{bench_tick_vs_history(root, history) * 1e3:.2f} ms"))
+            cycle = bench_tick_vs_history(root, history)
+            rows.append((f"discovery cycle, {history} terminal markers", f"{cycle * 1e3:.2f} ms"))
     print("| benchmark | result |\n| --- | --- |")
     for name, value in rows:
         print(f"| {name} | {value} |")
