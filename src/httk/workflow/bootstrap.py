@@ -1,15 +1,16 @@
 """The composition root: the only module that names adapter classes.
 
-A ``Container`` wires ports to adapters; tests build one with in-memory
-doubles instead (``Container(fs=providers.Object(InMemoryFilesystem()))`` or
-``testing.container()``). Services receive ports by constructor injection.
+A ``Container`` wires ports to adapters; tests override providers with the
+public doubles (``container.fs.override(providers.Object(InMemoryFilesystem()))``)
+or build services on ``testing.memory_ports()``. Services receive ports by
+constructor injection. Adapters needed only by some commands (signing, log
+rotation) are imported where they are used, so every CLI call starts fast.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import logging.handlers
 import os
 import sys
 from collections.abc import Mapping
@@ -20,7 +21,6 @@ from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.process import LocalProcessControl
-from .adapters.signing import Ed25519Verifier, config_dir, create_identity, default_signer
 from .ports import Signer
 from .services.attempts import LaunchSettings
 from .services.gc import GarbageCollector
@@ -69,6 +69,8 @@ def build_manager(container: Container, handle: WorkspaceHandle, config: Manager
         runner_search_paths=tuple(os.path.abspath(path) for path in config.runner_search_paths),
     )
     manager = Manager(handle, process, launch, config, manager_id=manager_id)
+    from .adapters.signing import Ed25519Verifier
+
     manager.verifier = Ed25519Verifier()
     if config.gc_interval is not None:
         manager.gc_hook = lambda: GarbageCollector(handle).run()
@@ -92,7 +94,9 @@ def configure_logging(config: ManagerConfig, log_file: str) -> None:
     console.setFormatter(formatter)
     logger.addHandler(console)
     os.makedirs(os.path.dirname(log_file), exist_ok=True)
-    file_handler = logging.handlers.RotatingFileHandler(log_file, maxBytes=16 << 20, backupCount=4)
+    from logging.handlers import RotatingFileHandler
+
+    file_handler = RotatingFileHandler(log_file, maxBytes=16 << 20, backupCount=4)
     file_handler.setLevel(level)
     file_handler.setFormatter(formatter)
     logger.addHandler(file_handler)
@@ -116,9 +120,13 @@ class JsonLogFormatter(logging.Formatter):
 
 def operator_signer(environ: Mapping[str, str]) -> Signer | None:
     """The operator identity created by ``config init``, if any."""
+    from .adapters.signing import default_signer
+
     return default_signer(environ)
 
 
 def create_operator_identity(environ: Mapping[str, str], *, force: bool = False) -> dict[str, str]:
     """Create the operator's Ed25519 key pair in their config directory."""
+    from .adapters.signing import config_dir, create_identity
+
     return create_identity(config_dir(environ), force=force)
