@@ -11,13 +11,14 @@ from disk by the next one. Spec: 000 "Run", "Scheduling", "Runner contract".
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from .. import codec
-from ..domain.lifecycle import ACTIVE_KINDS, Event, StateKind, next_kind
+from ..domain.lifecycle import ACTIVE_KINDS, TERMINAL_KINDS, Event, StateKind, next_kind
 from ..domain.model import Failure
 from ..domain.scheduling import Candidate, Offer, Requirements, best_within_window, mismatches
 from ..ports import LaunchedProcess, ProcessControl, Verifier
@@ -110,6 +111,8 @@ class Manager:
         )
         self.discovery = Discovery(self.fs, self.layout, tuple(config.placement_prefixes))
         self.running: dict[str, Running] = {}
+        #: Jobs this manager made terminal, by kind (the summary never walks the terminal trees).
+        self.finished: Counter[str] = Counter()
         self.out = out
         self.draining = False
         self.drain_deadline: float | None = None
@@ -526,6 +529,8 @@ class Manager:
             return None
         if marker.kind in (StateKind.FAILED, StateKind.CANCELLED):
             clear_note(self.fs, self.layout, marker)
+        if kind in TERMINAL_KINDS:
+            self.finished[kind.value] += 1
         self._progress()
         return result
 

@@ -1,7 +1,9 @@
 """The closing summary line and the idle-timeout advice of a manager.
 
-Counting is an exhaustive walk done once, at exit, never on a tick. Spec: 000
-"One banner, then one summary".
+Finished jobs are counted as this manager finished them, never by walking the
+terminal trees: like a tick, the summary costs what is active, not the
+workspace's history. The active kinds are walked once, at exit. Spec: 000 "One
+banner, then one summary".
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..domain.lifecycle import StateKind
+from ..domain.lifecycle import TERMINAL_KINDS, StateKind
 from ..domain.scheduling import Requirements, mismatches
 from .store import JobDamage
 
@@ -24,6 +26,8 @@ def classify(manager: Manager) -> dict[str, object]:
     counts: Counter[str] = Counter()
     not_claimable: Counter[str] = Counter()
     for kind in StateKind:
+        if kind in TERMINAL_KINDS:
+            continue
         for marker in store.iter_markers(kind, prefixes):
             counts[kind.value] += 1
             if kind not in (StateKind.READY, StateKind.SUBMITTED, StateKind.COMMITTING, StateKind.CANCELLING):
@@ -51,6 +55,7 @@ def classify(manager: Manager) -> dict[str, object]:
 def summarize(manager: Manager) -> str:
     data = classify(manager)
     counts: Counter[str] = data["counts"]  # type: ignore[assignment]
+    counts.update(manager.finished)
     blocked: Counter[str] = data["not_claimable"]  # type: ignore[assignment]
     blocked_text = ", ".join(f"{count} need {reason}" for reason, count in sorted(blocked.items())) or "0"
     return (
