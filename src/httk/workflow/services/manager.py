@@ -38,6 +38,18 @@ from .workspaces import WorkspaceHandle
 
 log = logging.getLogger("httk.workflow.manager")
 
+#: Every pass that can make work ready (registration, recovery, commits, joins) runs before
+#: the claiming pass, so new ready work is claimed in the same tick.
+TICK_ORDER: tuple[StateKind, ...] = (
+    StateKind.SUBMITTED,
+    StateKind.CLAIMED,
+    StateKind.RUNNING,
+    StateKind.COMMITTING,
+    StateKind.CANCELLING,
+    StateKind.WAITING,
+    StateKind.READY,
+)
+
 
 @attrs.frozen(kw_only=True)
 class ManagerConfig:
@@ -241,7 +253,7 @@ class Manager:
             self._progress()
         if self.cancellation.poll():
             self._progress()
-        for kind in ACTIVE_KINDS:
+        for kind in TICK_ORDER:
             if self.stop_now:
                 break
             started = self.clock.monotonic()

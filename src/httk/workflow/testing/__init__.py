@@ -13,8 +13,19 @@ from ..services.workspaces import Ports
 from .clock import FakeClock
 from .ids import SequentialIds
 from .memory_fs import InMemoryFilesystem, SimulatedCrash
+from .process import FakeProcess, FakeProcessControl, Launch
 
-__all__ = ["FakeClock", "InMemoryFilesystem", "Ports", "SequentialIds", "SimulatedCrash", "memory_ports"]
+__all__ = [
+    "FakeClock",
+    "FakeProcess",
+    "FakeProcessControl",
+    "InMemoryFilesystem",
+    "Launch",
+    "Ports",
+    "SequentialIds",
+    "SimulatedCrash",
+    "memory_ports",
+]
 
 
 def memory_ports(*, clock: FakeClock | None = None, uid: int = 1000) -> Ports:
