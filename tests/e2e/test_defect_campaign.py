@@ -63,3 +63,19 @@ def test_campaign_triage_branch_when_a_relax_fails(tmp_path, campaign_env, capsy
     log = inspection.job_log(workspace.handle, inspection.resolve_job(workspace.handle, key))
     events = [entry.get("event") for entry in log]
     assert "commit_wait" in events and "join_satisfied" in events and events[-1] == "commit_fail"
+
+
+def test_collect_streams_results_of_the_campaign(tmp_path, campaign_env):
+    key = submit_campaign(tmp_path / "ws")
+    assert run_manager(tmp_path / "ws") == 0
+    out = subprocess.run([str(Path(sys.executable).with_name("httk")), "workflow", "collect", str(tmp_path / "ws")],
+                         capture_output=True, text=True, check=True).stdout
+    jobs = [json.loads(line) for line in out.splitlines()]
+    assert len(jobs) == 5 and {job["kind"] for job in jobs} == {"succeeded"}
+    parent = next(job for job in jobs if job["job_key"] == key)
+    assert parent["state"] == {"sites": 4} and parent["step"] == "aggregate"
+    assert json.loads((Path(parent["workdir"]) / "campaign.json").read_text())["site-0"]["energy_ev"] == -10.0
+    raw = subprocess.run([str(Path(sys.executable).with_name("httk")), "workflow", "collect", str(tmp_path / "ws"),
+                          "--raw"], capture_output=True, text=True, check=True).stdout
+    record = json.loads(raw.splitlines()[0])
+    assert record["frame"]["format"] == "httk-workflow-state-frame" and record["job"]["format"] == "httk-workflow-job"

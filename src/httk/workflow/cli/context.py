@@ -16,6 +16,7 @@ import click
 
 from ..bootstrap import Container, default_container
 from ..services.registry import Registry
+from ..services.remotes import split_reference
 from ..services.workspaces import WorkspaceError, WorkspaceHandle, WorkspaceService
 from .defaults import default_workspace_path, registry_path
 
@@ -52,11 +53,11 @@ class AppContext:
         if reference is None:
             chosen = self.registry.default()
             return self.registry.lookup(chosen) or self.default_workspace() if chosen else self.default_workspace()
-        if ":" in reference and not reference.startswith(("/", ".")) and not os.path.exists(reference):
-            remote = reference.split(":", 1)[0]
+        # Decided from the text alone, before any local file is looked at (a local path with a colon: ./a:b).
+        if split_reference(reference) is not None:
             raise WorkspaceError(
-                f"{reference}: remote workspaces ({remote}:...) need a configured remote; "
-                "this installation has none (see 'httk workflow remote')"
+                f"{reference}: this command works on local workspaces only; on a remote, use "
+                "'workspace init|status|policy|settings' or 'run' (remotes: 'httk workflow remote list')"
             )
         looks_like_path = "/" in reference or reference in (".", "..") or os.path.exists(reference)
         if not looks_like_path:

@@ -5,8 +5,12 @@ Spec: 000 "Inspecting jobs", "Readiness and transfer environment advisories".
 
 from __future__ import annotations
 
+import attrs
 import click
 
+from .. import codec
+from ..domain.lifecycle import StateKind
+from ..services import collect as results
 from ..services import diagnosis, inspection
 from ..services import precheck as readiness
 from .context import AppContext, pass_app
@@ -85,3 +89,25 @@ def precheck(app: AppContext, workspace: str | None, search_paths: tuple[str, ..
         click.echo(f"precheck {report['workspace']}: {len(report['jobs'])} pending job(s); "
                    + ("problems found" if report["failed"] else "no blocking problem"))
     raise SystemExit(1 if report["failed"] else 0)
+
+
+@click.command("collect")
+@WORKSPACE_ARG
+@click.option("--kind", "kinds", multiple=True, type=click.Choice([kind.value for kind in StateKind]),
+              help="Collect these kinds (default: succeeded, failed and cancelled).")
+@click.option("--placement", help="Only jobs at or below this placement.")
+@click.option("--raw", is_flag=True, help="Stream the stored JobRecord documents instead of summaries.")
+@pass_app
+def collect(app: AppContext, workspace: str | None, kinds: tuple[str, ...], placement: str | None, raw: bool) -> None:
+    """Stream one JSON object per job: CollectedJob summaries, or JobRecords with --raw.
+
+    \b
+    Exit status:
+      0  success
+      2  refused (bad usage, not a workspace)
+    """
+    handle = app.open_workspace(workspace)
+    chosen = [StateKind(kind) for kind in kinds] or None
+    stream = (results.collect_raw if raw else results.collect)(handle, kinds=chosen, placement=placement)
+    for item in stream:
+        click.echo(codec.dumps(attrs.asdict(item)))

@@ -14,12 +14,14 @@ import click
 from .config_cmds import config
 from .context import ensure_app
 from .debug_cmds import debug as _debug  # noqa: F401  (registers ``job debug``)
+from .diagnosis_cmds import collect as _collect
 from .diagnosis_cmds import precheck as _precheck
 from .diagnosis_cmds import why as _why  # noqa: F401  (registers ``job why``, ``workspace managers``)
 from .fsck_cmds import fsck as _fsck  # noqa: F401  (registers ``workspace fsck``)
 from .job_cmds import job
 from .manager_cmds import manager, run
 from .registry_cmds import forget as _forget  # noqa: F401  (registers ``workspace list/default/forget/delete``)
+from .remote_cmds import remote  # also registers ``manager status``
 from .render import Group
 from .request_cmds import request as _request  # noqa: F401  (registers ``job request``)
 from .runner_cmds import runner
@@ -39,10 +41,11 @@ def workflow() -> None:
     """Filesystem-native workflow task manager: workspaces, jobs, runners, managers."""
 
 
-for _command in (workspace, job, runner, manager, config):
+for _command in (workspace, job, runner, manager, remote, config):
     workflow.add_command(_command)
 workflow.add_command(run, "run")
 workflow.add_command(_precheck, "precheck")
+workflow.add_command(_collect, "collect")
 del _command
 
 

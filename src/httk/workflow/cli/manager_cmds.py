@@ -15,6 +15,7 @@ import click
 
 from ..domain.model import check_placement
 from .context import AppContext, pass_app
+from .remote_refs import remote_aware
 from .render import EXIT_CODES_RUN, Group
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,6 +112,7 @@ def manager_options(function: F) -> F:
 @click.argument("workspace", required=False, metavar="[WORKSPACE]")
 @manager_options
 @pass_app
+@remote_aware(("run",))
 def run(app: AppContext, workspace: str | None, **options: Any) -> None:
     """Run a task manager on a workspace until it is idle (or, with --idle, until signalled)."""
     # Imported here: the manager pulls in the whole runtime, which inspection commands do not need.

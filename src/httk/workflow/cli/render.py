@@ -19,10 +19,12 @@ import click
 
 from .. import codec
 from ..domain.model import ValidationError
+from ..ports import BatchSystemError, TransportError
 from ..services.debug import DebugError
 from ..services.inspection import SelectorError
 from ..services.policy import PolicyError
 from ..services.registry import RegistryError
+from ..services.remotes import RemoteError
 from ..services.requests import RequestError
 from ..services.runners import RunnerStoreError
 from ..services.store import JobDamage
@@ -46,6 +48,9 @@ ANTICIPATED: tuple[type[BaseException], ...] = (
     RequestError,
     DebugError,
     RegistryError,
+    RemoteError,
+    TransportError,
+    BatchSystemError,
     OSError,
 )
 

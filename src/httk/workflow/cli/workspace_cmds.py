@@ -19,6 +19,7 @@ from ..services import inspection
 from ..services.layout import Layout
 from ..services.registry import RegistryError
 from .context import AppContext, pass_app
+from .remote_refs import remote_aware
 from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table, flatten, refuse, value_text
 
 WORKSPACE_ARG = click.argument("workspace", required=False, metavar="[WORKSPACE]")
@@ -40,6 +41,7 @@ def workspace() -> None:
 )
 @JSON_OPTION
 @pass_app
+@remote_aware(("workspace", "init"), "path")
 def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: bool) -> None:
     """Create a workspace at PATH, or adopt the existing one there unchanged."""
     target = app.absolute(path)
@@ -78,6 +80,7 @@ def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: b
 @WORKSPACE_ARG
 @JSON_OPTION
 @pass_app
+@remote_aware(("workspace", "status"))
 def status(app: AppContext, workspace: str | None, as_json: bool) -> None:
     """Count the jobs of a workspace per state kind."""
     handle = app.open_workspace(workspace)
@@ -103,6 +106,7 @@ def policy() -> None:
 @WORKSPACE_ARG
 @JSON_OPTION
 @pass_app
+@remote_aware(("workspace", "policy", "show"))
 def policy_show(app: AppContext, workspace: str | None, as_json: bool) -> None:
     """Show the four policy tunables."""
     handle = app.open_workspace(workspace)
@@ -126,6 +130,7 @@ def parse_policy_value(key: str, text: str) -> Any:
 @click.argument("value")
 @JSON_OPTION
 @pass_app
+@remote_aware(("workspace", "policy", "set"))
 def policy_set(app: AppContext, workspace: str, key: str, value: str, as_json: bool) -> None:
     """Set policy KEY (dotted for retention.*) to the JSON VALUE; null removes a retention limit."""
     handle = app.open_workspace(workspace)
@@ -147,6 +152,7 @@ def settings() -> None:
 @WORKSPACE_ARG
 @JSON_OPTION
 @pass_app
+@remote_aware(("workspace", "settings", "show"))
 def settings_show(app: AppContext, workspace: str | None, as_json: bool) -> None:
     """Show every application setting."""
     handle = app.open_workspace(workspace)
@@ -174,6 +180,7 @@ def parse_setting_value(text: str) -> Any:
 @click.argument("name")
 @click.argument("value")
 @pass_app
+@remote_aware(("workspace", "settings", "set"))
 def settings_set(app: AppContext, workspace: str, name: str, value: str) -> None:
     """Set setting NAME to VALUE (JSON, or a plain string when it is not valid JSON)."""
     handle = app.open_workspace(workspace)
@@ -186,6 +193,7 @@ def settings_set(app: AppContext, workspace: str, name: str, value: str) -> None
 @click.argument("workspace")
 @click.argument("name")
 @pass_app
+@remote_aware(("workspace", "settings", "unset"))
 def settings_unset(app: AppContext, workspace: str, name: str) -> None:
     """Remove setting NAME (a name that is not set is not an error)."""
     handle = app.open_workspace(workspace)
