@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint venv clean bench
+.PHONY: demo test lint venv clean bench infra
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,16 @@ demo: $(VENV)/.installed
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks
 
-test: $(STAMP)
+# Real Slurm + sshd on 127.0.0.1 for the slurm/ssh tests (tests/infra/start-slurm-ssh.sh). It needs
+# root and apt-get; elsewhere those tests skip with the reason, and this target only says so.
+infra:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		bash tests/infra/start-slurm-ssh.sh; \
+	else \
+		echo "infra: not root or no apt-get: the slurm/ssh tests will skip (as root: make infra)"; \
+	fi
+
+test: $(STAMP) infra
 	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/python -m pytest
 

@@ -14,18 +14,40 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from dependency_injector import containers, providers
 
+from .adapters.batch.local import LocalBatchSystem
+from .adapters.batch.slurm import SlurmBatchSystem
 from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.process import LocalProcessControl
-from .ports import Signer
+from .adapters.transport_local import LocalTransport
+from .ports import BatchSystem, RemoteTransport, Signer
 from .services.attempts import LaunchSettings
 from .services.gc import GarbageCollector
 from .services.manager import Manager, ManagerConfig
+from .services.remotes import Remote, RemoteError
 from .services.workspaces import Ports, WorkspaceHandle, WorkspaceService
+
+#: Entry-point group through which an installed package adds a batch system (ARCHITECTURE.md rule 7).
+BATCH_SYSTEM_ENTRY_POINTS = "httk.workflow.batch_systems"
+
+
+def adapter_templates_path() -> str:
+    """The packaged remote templates (top-level ``adapters/``, shipped as ``adapter_templates``)."""
+    from importlib.resources import files
+
+    return str(files("httk.workflow").joinpath("adapter_templates"))
+
+
+def _ssh_transport(**options: Any) -> RemoteTransport:
+    # Imported on first use: fabric and paramiko cost a fifth of a second that local commands never need.
+    from .adapters.transport_ssh import SshTransport
+
+    return SshTransport(**options)
 
 
 class Container(containers.DeclarativeContainer):
@@ -37,6 +59,14 @@ class Container(containers.DeclarativeContainer):
     process = providers.Singleton(LocalProcessControl)
     ports = providers.Singleton(Ports, fs=fs, clock=clock, ids=ids)
     workspaces = providers.Singleton(WorkspaceService, ports=ports)
+    adapter_templates = providers.Callable(adapter_templates_path)
+    #: Keyed by a template's ``transport`` and ``batch``; a test overrides them with doubles.
+    transports = providers.FactoryAggregate(
+        local=providers.Factory(LocalTransport), ssh=providers.Factory(_ssh_transport)
+    )
+    batch_systems = providers.FactoryAggregate(
+        local=providers.Factory(LocalBatchSystem), slurm=providers.Factory(SlurmBatchSystem)
+    )
 
 
 _default: Container | None = None
@@ -48,6 +78,36 @@ def default_container() -> Container:
     if _default is None:
         _default = Container()
     return _default
+
+
+def remote_adapters(container: Container, remote: Remote) -> tuple[RemoteTransport, BatchSystem]:
+    """The transport and batch system of a configured remote (not connected yet: that happens on first use)."""
+    remote.require_complete()
+    settings = remote.settings
+    timeout = float(settings.get("command_timeout", 300))
+    if remote.template.transport == "ssh":
+        transport = container.transports(
+            "ssh",
+            host=settings["host"],
+            port=settings.get("port", 22),
+            user=settings.get("username"),
+            key_filename=settings.get("key_filename"),
+            known_hosts=settings.get("known_hosts"),
+            connect_timeout=float(settings.get("connect_timeout", 10)),
+        )
+    else:
+        transport = container.transports(remote.template.transport)
+    name = remote.template.batch
+    if name in container.batch_systems.providers:
+        return transport, container.batch_systems(name, transport, timeout=timeout)
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=BATCH_SYSTEM_ENTRY_POINTS):
+        if entry.name == name:
+            return transport, entry.load()(transport, timeout=timeout)
+    raise RemoteError(
+        f"remote {remote.name}: no batch system {name!r} is installed (entry points {BATCH_SYSTEM_ENTRY_POINTS})"
+    )
 
 
 def shell_library_path() -> str:

@@ -235,22 +235,60 @@ class ProcessControl(Protocol):
         """Call ``callback(signum)`` when the process is asked to terminate (SIGTERM, SIGINT)."""
 
 
+class TransportError(Exception):
+    """A transport could not reach its machine or run a command there; the message is one line."""
+
+
+class BatchSystemError(Exception):
+    """A batch scheduler refused or misunderstood a request; the message is one line."""
+
+
+@attrs.frozen
+class BatchJobStatus:
+    """One batch job as its scheduler reports it.
+
+    ``state`` is the scheduler's own word (``PENDING``, ``RUNNING``, ``COMPLETED``...;
+    ``UNKNOWN`` when it no longer lists the job); ``finished`` says it will not run
+    again; ``succeeded`` is known only when the scheduler tells it.
+    """
+
+    state: str
+    finished: bool
+    succeeded: bool | None = None
+
+
 class BatchSystem(Protocol):
     """A batch scheduler (Slurm, or the local shell) that starts managers."""
 
     name: str
 
-    def submit(self, script: str, *, workdir: str) -> str:
-        """Submit a batch script and return the scheduler's job id."""
+    def compose_script(
+        self,
+        workspace_path: str,
+        settings: Mapping[str, Any],
+        manager_args: Sequence[str],
+        httk_command: Sequence[str],
+        *,
+        workers: int | None = None,
+    ) -> str:
+        """The batch script that runs one manager on ``workspace_path``.
 
-    def status(self, job_ids: Sequence[str]) -> Mapping[str, str]: ...
+        Scheduler directives come from the workspace's application ``settings``;
+        ``workers`` defaults to the ``manager.workers`` setting, then 1.
+        """
+
+    def submit(self, script: str, *, workdir: str) -> str:
+        """Submit a batch script to run in ``workdir`` (created first) and return the scheduler's job id."""
+
+    def status(self, job_ids: Sequence[str]) -> Mapping[str, BatchJobStatus]:
+        """The status of every id asked for (``UNKNOWN`` for an id the scheduler does not list)."""
 
     def cancel(self, job_ids: Sequence[str]) -> None: ...
 
 
 @attrs.frozen
 class CommandResult:
-    """What running one argv on a transport produced."""
+    """What running one argv on a transport produced (127: the command was not found)."""
 
     returncode: int
     stdout: str
@@ -258,11 +296,20 @@ class CommandResult:
 
 
 class RemoteTransport(Protocol):
-    """Run commands and move files on another machine (or this one)."""
+    """Run commands and move single files on another machine (or this one).
+
+    Failing to reach the machine raises :class:`TransportError`; a command that
+    runs and fails is a :class:`CommandResult` with its exit status.
+    """
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None) -> CommandResult:
-        ...
+        """Run ``argv`` there, with ``input`` on its stdin (else an empty stdin)."""
 
-    def put(self, local: str, remote: str) -> None: ...
+    def put(self, local: str, remote: str) -> None:
+        """Copy the local file ``local`` to the path ``remote`` there."""
 
-    def get(self, remote: str, local: str) -> None: ...
+    def get(self, remote: str, local: str) -> None:
+        """Copy the file ``remote`` there to the local path ``local``."""
+
+    def close(self) -> None:
+        """Release the connection (a later call reconnects)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import click
@@ -223,6 +222,9 @@ def _last_json_line(text: str) -> dict[str, Any] | None:
 
 
 def _local_version() -> str:
+    # Imported here: importlib.metadata costs every other command's start-up time.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("httk-workflow")
     except PackageNotFoundError:

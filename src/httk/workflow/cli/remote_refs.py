@@ -193,5 +193,8 @@ def argument_argv(ctx: click.Context, replace: Mapping[str, str | None]) -> list
         value = replace[param.name] if param.name in replace else ctx.params.get(param.name)
         if value is None:
             continue
-        argv.extend(str(item) for item in value) if isinstance(value, tuple) else argv.append(str(value))
+        if isinstance(value, tuple):  # nargs=-1
+            argv.extend(str(item) for item in value)
+        else:
+            argv.append(str(value))
     return argv

@@ -1,0 +1,107 @@
+"""LocalBatchSystem: a manager started detached on the target itself, its pid as the job id.
+
+No scheduler: ``submit`` runs ``setsid nohup sh -s`` in the background with the
+script on stdin and prints the background shell's pid, which the script then
+``exec``s into the manager, so the id names the manager process itself.
+``status`` looks the pids up in ``/proc`` (``kill -0`` where there is no
+procfs); an exited manager's exit status is not kept, so a finished job is
+``EXITED`` with ``succeeded`` unknown: the workspace says how its jobs ended.
+The fixed ``sh -c`` programs below take their variable parts as positional
+parameters, never by interpolation. Spec: 000 "Running on a remote".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...ports import BatchJobStatus, BatchSystemError, CommandResult
+from .base import CommandLineBatchSystem, manager_command, resolve_workers
+
+# fd 3 carries the script: a background command of a non-interactive shell gets /dev/null
+# as stdin unless it redirects stdin itself. setsid does not fork here (the background
+# child is no process-group leader), so $! is the pid of the shell that runs the script.
+_LAUNCH = 'cd "$1" || exit 1; exec 3<&0; setsid nohup sh -s <&3 >/dev/null 2>&1 3<&- & echo $!'
+
+# A zombie is a process that has exited and not been reaped yet: EXITED.
+_PROBE = """for p do
+  if [ -d /proc/self ]; then
+    if [ -r "/proc/$p/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$p/status" 2>/dev/null
+    then echo "$p RUNNING"; else echo "$p EXITED"; fi
+  elif kill -0 "$p" 2>/dev/null; then echo "$p RUNNING"
+  else echo "$p EXITED"; fi
+done"""
+
+
+class LocalBatchSystem(CommandLineBatchSystem):
+    """Detached background processes on the transport's machine."""
+
+    name = "local"
+    commands = ("setsid", "nohup", "sh")
+
+    def compose_script(
+        self,
+        workspace_path: str,
+        settings: Mapping[str, Any],
+        manager_args: Sequence[str],
+        httk_command: Sequence[str],
+        *,
+        workers: int | None = None,
+    ) -> str:
+        return compose_script(workspace_path, settings, manager_args, httk_command, workers=workers)
+
+    def submit_argv(self, workdir: str) -> list[str]:
+        return ["sh", "-c", _LAUNCH, "httk-local-batch", workdir]
+
+    def parse_submit(self, stdout: str) -> str:
+        return parse_pid(stdout)
+
+    def status_argv(self, job_ids: Sequence[str]) -> list[str]:
+        return ["sh", "-c", _PROBE, "httk-local-batch", *job_ids]
+
+    def parse_status(self, result: CommandResult, job_ids: Sequence[str]) -> dict[str, BatchJobStatus]:
+        if result.returncode != 0:
+            raise BatchSystemError(f"local: probing pids failed (exit {result.returncode}): {result.stderr.strip()}")
+        return parse_probe(result.stdout, job_ids)
+
+    def cancel_argv(self, job_ids: Sequence[str]) -> list[str]:
+        # SIGTERM: the manager drains (commits what finishes within --drain-timeout), then exits.
+        return ["kill", "-TERM", *job_ids]
+
+
+def compose_script(
+    workspace_path: str,
+    settings: Mapping[str, Any],
+    manager_args: Sequence[str],
+    httk_command: Sequence[str],
+    *,
+    workers: int | None = None,
+) -> str:
+    """A plain sh script: output to ``local-PID.out`` in the workdir, then the manager (pure)."""
+    count = resolve_workers(settings, workers)
+    command = manager_command(workspace_path, manager_args, httk_command, count)
+    return (
+        "#!/bin/sh\n"
+        f"# One httk-workflow task manager for {workspace_path}, started detached; job id = this shell's pid.\n"
+        'exec >"local-$$.out" 2>&1\n'
+        # Not earlier: this shell reads the rest of its script from stdin.
+        f"exec {command} </dev/null\n"
+    )
+
+
+def parse_pid(stdout: str) -> str:
+    """The pid the launcher printed."""
+    text = stdout.strip()
+    if not text.isdigit():
+        raise BatchSystemError(f"local: the launcher printed {text[:80]!r}, not a process id")
+    return text
+
+
+def parse_probe(stdout: str, job_ids: Sequence[str]) -> dict[str, BatchJobStatus]:
+    """``PID RUNNING|EXITED`` lines as statuses; a pid the probe did not mention is ``UNKNOWN``."""
+    seen: dict[str, BatchJobStatus] = {}
+    for line in stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1] in ("RUNNING", "EXITED"):
+            seen[fields[0]] = BatchJobStatus(fields[1], finished=fields[1] == "EXITED")
+    return {job_id: seen.get(job_id, BatchJobStatus("UNKNOWN", finished=False)) for job_id in job_ids}

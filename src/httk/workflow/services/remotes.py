@@ -1,0 +1,288 @@
+"""The remote registry: named remotes made from templates, and how ``REMOTE:PATH`` is recognized.
+
+A remote is one document ``<config>/httk-workflow/remotes/<name>.json``
+(``{"format": "httk-workflow-remote", "format_version": 1, "name", "template",
+"settings"}``) holding only the settings the operator chose; its template,
+``adapters/<template>/remote.json`` in the package, names the transport and the
+batch system and declares every allowed setting with its type and default. A
+setting is validated when it is written and again when it is read, so a remote
+never reaches a transport with a key or value its template does not allow.
+
+``split_reference`` decides from the text alone whether a workspace argument is
+``REMOTE:PATH``: no file is consulted, so a remote reference is recognized before
+anything touches the local filesystem (a local path with a colon is spelled
+``./a:b``). Everything here goes through the Filesystem port. Spec: 000
+"Running on a remote", "Initialize a workspace".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .. import codec
+from ..ports import Filesystem
+
+REMOTE_FORMAT = "httk-workflow-remote"
+TEMPLATE_FORMAT = "httk-workflow-remote-template"
+TRANSPORTS = ("local", "ssh")
+TYPES = ("string", "integer", "number", "boolean")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}")
+_REFERENCE = re.compile(r"([a-z0-9][a-z0-9._-]{0,47}):(.*)", re.DOTALL)
+_SPEC_MEMBERS = {"type", "default", "required", "description", "minimum", "maximum"}
+_TRUE = {"yes", "true", "on", "1"}
+_FALSE = {"no", "false", "off", "0"}
+
+
+class RemoteError(ValueError):
+    """A remote that is missing, misnamed or misconfigured; the message names it and the fix."""
+
+
+@attrs.frozen
+class RemoteReference:
+    """``REMOTE:PATH`` split: the remote's name and the path or workspace name there ('' = its default)."""
+
+    remote: str
+    path: str
+
+    def __str__(self) -> str:
+        return f"{self.remote}:{self.path}"
+
+
+def split_reference(reference: str | None) -> RemoteReference | None:
+    """``REMOTE:PATH`` as a :class:`RemoteReference`; ``None`` for anything local (text only, no I/O)."""
+    if not reference:
+        return None
+    match = _REFERENCE.fullmatch(reference)
+    return RemoteReference(match[1], match[2]) if match else None
+
+
+@attrs.frozen
+class SettingSpec:
+    """One setting a template allows."""
+
+    name: str
+    type: str
+    default: Any = None
+    required: bool = False
+    description: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def parse(self, text: str) -> Any:
+        """A command-line value (``key=value``) as this setting's type."""
+        try:
+            if self.type == "integer":
+                value: Any = int(text)
+            elif self.type == "number":
+                value = float(text)
+            elif self.type == "boolean":
+                lowered = text.strip().lower()
+                if lowered not in _TRUE | _FALSE:
+                    raise ValueError(text)
+                value = lowered in _TRUE
+            else:
+                value = text
+        except ValueError:
+            raise RemoteError(f"setting {self.name}: {text!r} is not {_a(self.type)}") from None
+        return self.check(value)
+
+    def check(self, value: Any) -> Any:
+        """``value`` when it has this setting's type and range; a one-line error otherwise."""
+        kinds = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}[self.type]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and self.type != "boolean"):
+            raise RemoteError(f"setting {self.name}: expected {_a(self.type)}, got {codec.type_name(value)}")
+        if self.minimum is not None and value < self.minimum:
+            raise RemoteError(f"setting {self.name}: {value} is below the minimum {self.minimum:g}")
+        if self.maximum is not None and value > self.maximum:
+            raise RemoteError(f"setting {self.name}: {value} is above the maximum {self.maximum:g}")
+        if self.type == "string" and ("\n" in value or "\0" in value):
+            raise RemoteError(f"setting {self.name}: a value must be one line")
+        return value
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+@attrs.frozen
+class Template:
+    """A packaged remote template: transport, batch system, allowed settings and the adapter script."""
+
+    name: str
+    description: str
+    transport: str
+    batch: str
+    specs: Mapping[str, SettingSpec]
+    directory: str
+
+    @property
+    def adapter_path(self) -> str:
+        return f"{self.directory}/adapter"
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: spec.default for name, spec in self.specs.items() if spec.default is not None}
+
+    def spec(self, key: str) -> SettingSpec:
+        try:
+            return self.specs[key]
+        except KeyError:
+            raise RemoteError(
+                f"template {self.name} has no setting {key!r}; it knows {', '.join(sorted(self.specs))}"
+            ) from None
+
+
+@attrs.frozen
+class Remote:
+    """A configured remote: its template and the settings chosen for it."""
+
+    name: str
+    template: Template
+    chosen: Mapping[str, Any]
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Template defaults overlaid with the chosen settings."""
+        return {**self.template.defaults(), **self.chosen}
+
+    def missing(self) -> list[str]:
+        """Required settings without a value."""
+        settings = self.settings
+        return [name for name, spec in sorted(self.template.specs.items()) if spec.required and name not in settings]
+
+    def require_complete(self) -> None:
+        missing = self.missing()
+        if missing:
+            sets = " ".join(f"--set {name}=..." for name in missing)
+            raise RemoteError(f"remote {self.name}: {', '.join(missing)} not set; 'httk workflow remote configure "
+                              f"{self.name} {sets}'")
+
+    def to_document(self) -> dict[str, Any]:
+        return {"format": REMOTE_FORMAT, "format_version": 1, "name": self.name, "template": self.template.name,
+                "settings": dict(sorted(self.chosen.items()))}
+
+
+class RemoteRegistry:
+    """This user's remotes, one JSON document each, and the packaged templates."""
+
+    def __init__(self, fs: Filesystem, directory: str, templates_root: str) -> None:
+        self.fs = fs
+        self.directory = directory
+        self.templates_root = templates_root
+
+    # -- templates ------------------------------------------------------------------------------
+    def template_names(self) -> list[str]:
+        return sorted(
+            entry.name for entry in self.fs.scandir(self.templates_root)
+            if self.fs.exists(f"{entry.path}/remote.json")
+        )
+
+    def template(self, name: str) -> Template:
+        path = f"{self.templates_root}/{name}/remote.json"
+        if not _NAME.fullmatch(name) or not self.fs.exists(path):
+            raise RemoteError(f"no remote template {name!r}; templates: {', '.join(self.template_names())}")
+        return parse_template(codec.decode_object(self.fs.read_bytes(path), path), path)
+
+    def adapter_script(self, template: Template) -> str:
+        """The text of the template's ``adapter`` script (sent to the target on stdin)."""
+        return self.fs.read_bytes(template.adapter_path).decode("utf-8")
+
+    # -- remotes --------------------------------------------------------------------------------
+    def path(self, name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise RemoteError(f"invalid remote name {name!r}: use 1-48 of [a-z0-9._-], starting with a letter or digit")
+        return f"{self.directory}/{name}.json"
+
+    def names(self) -> list[str]:
+        return sorted(entry.name[: -len(".json")] for entry in self.fs.scandir(self.directory)
+                      if entry.is_file and entry.name.endswith(".json"))
+
+    def get(self, name: str) -> Remote:
+        path = self.path(name)
+        try:
+            data = self.fs.read_bytes(path)
+        except FileNotFoundError:
+            raise RemoteError(f"no remote named {name!r}; see 'httk workflow remote list' and 'remote add'") from None
+        return self._parse(codec.decode_object(data, path), path, name)
+
+    def add(self, name: str, template_name: str) -> Remote:
+        path = self.path(name)
+        if self.fs.exists(path):
+            raise RemoteError(f"remote {name!r} exists already; 'httk workflow remote remove {name}' first")
+        remote = Remote(name, self.template(template_name), {})
+        self.fs.write_new(path, codec.encode(remote.to_document()), durable=True)
+        return remote
+
+    def configure(self, name: str, assignments: Sequence[str]) -> Remote:
+        """Apply ``key=value`` assignments (``key=`` returns a setting to its default)."""
+        remote = self.get(name)
+        chosen = dict(remote.chosen)
+        for assignment in assignments:
+            key, separator, text = assignment.partition("=")
+            if not separator or not key:
+                raise RemoteError(f"{assignment!r}: expected key=value")
+            spec = remote.template.spec(key.strip())
+            if text == "":
+                chosen.pop(spec.name, None)
+            else:
+                chosen[spec.name] = spec.parse(text)
+        updated = attrs.evolve(remote, chosen=chosen)
+        self.fs.write_atomic(self.path(name), codec.encode(updated.to_document()), durable=True)
+        return updated
+
+    def remove(self, name: str) -> None:
+        self.get(name)
+        self.fs.remove(self.path(name))
+
+    def _parse(self, document: dict[str, Any], path: str, name: str) -> Remote:
+        expected = {"format", "format_version", "name", "template", "settings"}
+        for key in document:
+            if key not in expected:
+                raise codec.DocumentError(path, f"$.{key}", "unknown member")
+        if document.get("format") != REMOTE_FORMAT or document.get("format_version") != 1:
+            raise codec.DocumentError(path, "$.format", f"expected {REMOTE_FORMAT} version 1")
+        if document.get("name") != name:
+            raise codec.DocumentError(path, "$.name", f"expected {name!r} (the file's name)")
+        settings = document.get("settings")
+        if not isinstance(settings, dict):
+            raise codec.DocumentError(path, "$.settings", "expected an object")
+        template = self.template(str(document.get("template")))
+        try:
+            chosen = {key: template.spec(key).check(value) for key, value in settings.items()}
+        except RemoteError as error:
+            raise codec.DocumentError(path, "$.settings", str(error)) from None
+        return Remote(name, template, chosen)
+
+
+def parse_template(document: dict[str, Any], path: str) -> Template:
+    """A ``remote.json`` template, every member checked."""
+    if document.get("format") != TEMPLATE_FORMAT or document.get("format_version") != 1:
+        raise codec.DocumentError(path, "$.format", f"expected {TEMPLATE_FORMAT} version 1")
+    for key in document:
+        if key not in {"format", "format_version", "name", "description", "transport", "batch", "settings"}:
+            raise codec.DocumentError(path, f"$.{key}", "unknown member")
+    if document.get("transport") not in TRANSPORTS:
+        raise codec.DocumentError(path, "$.transport", f"expected one of {', '.join(TRANSPORTS)}")
+    if not isinstance(document.get("batch"), str) or not isinstance(document.get("name"), str):
+        raise codec.DocumentError(path, "$.batch", "name and batch must be strings")
+    raw = document.get("settings")
+    if not isinstance(raw, dict):
+        raise codec.DocumentError(path, "$.settings", "expected an object")
+    specs: dict[str, SettingSpec] = {}
+    for key, item in raw.items():
+        member = f"$.settings.{key}"
+        if not isinstance(item, dict) or item.get("type") not in TYPES or set(item) - _SPEC_MEMBERS:
+            raise codec.DocumentError(path, member, f"expected {{type: {'|'.join(TYPES)}, default?, required?, ...}}")
+        spec = SettingSpec(key, item["type"], None, bool(item.get("required", False)), str(item.get("description", "")),
+                           item.get("minimum"), item.get("maximum"))
+        if item.get("default") is not None:
+            try:
+                spec = attrs.evolve(spec, default=spec.check(item["default"]))
+            except RemoteError as error:
+                raise codec.DocumentError(path, f"{member}.default", str(error)) from None
+        specs[key] = spec
+    return Template(document["name"], str(document.get("description", "")), document["transport"],
+                    document["batch"], specs, path.rsplit("/", 1)[0])

@@ -1,0 +1,157 @@
+"""Shared helpers of the remote tests: the infra env file, an in-process CLI, payloads, polling.
+
+Imported by name (``from remote_support import ...``); conftest modules must not be.
+The Slurm/SSH tests read ``$CI_INFRA_DIR/env`` (default ``/var/lib/ci-slurm-ssh/env``),
+written by ``tests/infra/start-slurm-ssh.sh``; without it they skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from click.testing import CliRunner, Result
+
+from httk.workflow.bootstrap import Container
+from httk.workflow.cli.context import AppContext
+from httk.workflow.cli.main import httk
+from httk.workflow.ports import CommandResult
+from httk.workflow.protocol import JobSpec, prepare_job_payload
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA_SCRIPT = ROOT / "tests" / "infra" / "start-slurm-ssh.sh"
+HTTK = str(Path(sys.executable).parent / "httk")
+T = TypeVar("T")
+
+RUNNER = """from httk.workflow import Runner
+
+run = Runner("demo")
+
+
+@run.step
+def main(a):
+    a.succeed()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run.main())
+"""
+
+
+def infra_env_path() -> Path:
+    return Path(os.environ.get("CI_INFRA_DIR", "/var/lib/ci-slurm-ssh")) / "env"
+
+
+def load_infra(*, fresh_httk: bool) -> dict[str, str]:
+    """The env file of the running infrastructure; skip (with how to start it) when there is none.
+
+    With ``fresh_httk`` a warning says when the ssh user's httk was installed from other sources.
+    """
+    path = infra_env_path()
+    if not path.is_file():
+        pytest.skip(
+            f"no Slurm/SSH test infrastructure ({path} is absent): as root run 'make infra' "
+            f"or 'bash {INFRA_SCRIPT.relative_to(ROOT)}'"
+        )
+    env = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip()
+    # `make test` reinstalls before pytest runs, so CI always tests these sources on the remote
+    # side; a developer who edited since is told, not stopped (the remote side may lag behind).
+    if fresh_httk and env.get("CI_HTTK_SOURCE_HASH") != source_hash():
+        warnings.warn(
+            f"{env['CI_HTTK_COMMAND']} was installed from other sources than this checkout's: the remote "
+            f"side runs older code; rerun 'make infra' (or 'bash {INFRA_SCRIPT.relative_to(ROOT)}')",
+            StaleInstallWarning,
+            stacklevel=2,
+        )
+    return env
+
+
+class StaleInstallWarning(UserWarning):
+    """The ssh user's httk does not match this checkout."""
+
+
+def source_hash() -> str:
+    """The infra script's ``source_hash``: sha256 of the sorted ``sha256sum`` lines of what the wheel holds."""
+    paths: list[str] = ["pyproject.toml"]
+    for top in ("src", "adapters", "shell"):
+        for directory, dirnames, filenames in os.walk(ROOT / top, followlinks=True):
+            dirnames[:] = [name for name in dirnames if name != "__pycache__"]
+            relative = Path(directory).relative_to(ROOT)
+            paths.extend(str(relative / name) for name in filenames if (Path(directory) / name).is_file())
+    lines = b"".join(
+        f"{hashlib.sha256((ROOT / path).read_bytes()).hexdigest()}  {path}\n".encode() for path in sorted(paths)
+    )
+    return hashlib.sha256(lines).hexdigest()
+
+
+class Cli:
+    """Runs ``httk workflow ...`` in-process with private XDG data and config homes."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.runner = CliRunner()
+        self.env = {"XDG_DATA_HOME": str(tmp_path / "xdg-data"), "XDG_CONFIG_HOME": str(tmp_path / "xdg-config")}
+        self.container = Container()
+
+    def __call__(self, *args: str, code: int = 0) -> Result:
+        result = self.runner.invoke(httk, ["workflow", *args], obj=AppContext(self.container), env=self.env)
+        if result.exit_code != code:
+            raise AssertionError(
+                f"exit {result.exit_code} != {code} for {args}\nstdout: {result.stdout}\n"
+                f"stderr: {result.stderr}\n{result.exception!r}"
+            )
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "--json").stdout)
+
+
+def write_payload(directory: Path) -> Path:
+    """A prepared payload whose runner succeeds at once."""
+    prepare_job_payload(directory, JobSpec(name="demo", workflow="demo", runner_path="run.py"))
+    (directory / "run.py").write_text(RUNNER)
+    return directory
+
+
+def wait_until(probe: Callable[[], T | None], seconds: float, what: str) -> T:
+    """Poll ``probe`` every 0.25 s until it returns non-``None``; fail naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {seconds:g} s")
+        time.sleep(0.25)
+
+
+class RecordingTransport:
+    """A RemoteTransport double: records each call and answers from a queue of results."""
+
+    def __init__(self, *results: CommandResult) -> None:
+        self.results = list(results)
+        self.calls: list[tuple[list[str], str | None]] = []
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None) -> CommandResult:
+        self.calls.append((list(argv), input))
+        return self.results.pop(0) if self.results else CommandResult(0, "", "")
+
+    def put(self, local: str, remote: str) -> None:
+        self.calls.append((["put", local, remote], None))
+
+    def get(self, remote: str, local: str) -> None:
+        self.calls.append((["get", remote, local], None))
+
+    def close(self) -> None:
+        self.calls.append((["close"], None))

@@ -1,0 +1,90 @@
+"""The ``local`` remote end to end: LocalTransport, the adapter check, and a manager started by LocalBatchSystem.
+
+The "remote" httk is this venv's console script; it inherits the CliRunner's
+environment, so it shares the test's private XDG homes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from remote_support import HTTK, wait_until, write_payload
+
+from httk.workflow.adapters.transport_local import LocalTransport
+from httk.workflow.ports import TransportError
+
+
+def test_local_transport_runs_argv_with_input_and_copies_files(tmp_path):
+    transport = LocalTransport()
+    result = transport.run(["sh", "-c", 'printf "%s|" "$@"; cat; echo oops >&2; exit 3', "sh", "a b", "$HOME"],
+                           input="stdin text")
+    assert (result.returncode, result.stdout, result.stderr) == (3, "a b|$HOME|stdin text", "oops\n")
+    assert transport.run(["cat"]).stdout == ""  # no input: an empty stdin, never ours
+    missing = transport.run(["no-such-program-here"])
+    assert missing.returncode == 127 and "command not found" in missing.stderr
+    with pytest.raises(TransportError, match="did not finish within 0.2 s"):
+        transport.run(["sleep", "5"], timeout=0.2)
+    source = tmp_path / "a.txt"
+    source.write_text("payload\n")
+    transport.put(str(source), str(tmp_path / "b.txt"))
+    transport.get(str(tmp_path / "b.txt"), str(tmp_path / "c.txt"))
+    assert (tmp_path / "c.txt").read_text() == "payload\n"
+    with pytest.raises(TransportError, match="cannot copy"):
+        transport.put(str(tmp_path / "absent"), str(tmp_path / "d.txt"))
+
+
+@pytest.fixture
+def here(cli, tmp_path):
+    """A ``local`` remote named ``here`` whose httk is this venv's."""
+    cli("remote", "add", "here", "--template", "local")
+    cli("remote", "configure", "here", "--set", f"httk_command={HTTK}", "--set", f"workspace_root={tmp_path}")
+    return "here"
+
+
+def test_check_passes_on_this_machine(cli, here, tmp_path):
+    report = cli.json("remote", "check", here)
+    assert report["ok"] is True, report
+    assert [c["name"] for c in report["checks"]] == ["configuration", "connect", "httk", "batch", "workspace_root"]
+    assert report["report"]["httk"]["version"]
+    assert report["report"]["workspace_root"] == {"path": str(tmp_path), "exists": True, "writable": True}
+    text = cli("remote", "check", here).stdout
+    assert re.search(r"^ok +httk +\S+/httk version \S+ \(this machine: ", text, re.MULTILINE)
+
+
+def test_check_names_every_failed_check(cli, here, tmp_path):
+    cli("remote", "configure", here, "--set", "httk_command=/nonexistent/httk",
+        "--set", f"workspace_root={tmp_path / 'absent'}")
+    result = cli("remote", "check", here, code=1)
+    assert "FAILED   httk            '/nonexistent/httk' not found there" in result.stdout
+    assert f"FAILED   workspace_root  {tmp_path / 'absent'} does not exist" in result.stdout
+    assert result.stderr == "remote here: failed checks: httk, workspace_root\n"
+
+
+def test_init_status_settings_and_run_through_the_local_batch_system(cli, here, tmp_path):
+    path = tmp_path / "runs"
+    init = cli("workspace", "init", f"{here}:{path}", "--name", "runs")
+    assert init.stdout == f"initialized workspace 'runs' at {path}\n"
+    # The remote registered the name; "here:runs" is resolved there.
+    assert cli.json("workspace", "status", f"{here}:runs")["path"] == str(path)
+    assert cli("workspace", "settings", "set", f"{here}:runs", "manager.workers", "2").stdout == "manager.workers = 2\n"
+    assert cli.json("workspace", "settings", "show", f"{here}:runs") == {"manager.workers": 2}
+    refused = cli("workspace", "settings", "show", f"{here}:nope", code=2)
+    assert refused.stderr.startswith("error: nope: neither a directory nor a registered workspace name")
+
+    key = cli("job", "submit", str(path), str(write_payload(tmp_path / "payload")), "--placement", "p").stdout.strip()
+    submitted = cli("run", f"{here}:runs", "--idle-timeout", "60").stdout
+    match = re.fullmatch(rf"submitted local job (\d+) on here: a manager for {re.escape(str(path))}\n", submitted)
+    assert match, submitted
+    job_id = match[1]
+
+    def finished():
+        report = cli.json("manager", "status", f"{here}:runs", "--job", job_id)
+        entry = report["jobs"][job_id]
+        return entry if entry["finished"] else None
+
+    assert wait_until(finished, 120, f"local manager {job_id} exiting")["state"] == "EXITED"
+    assert cli.json("job", "show", str(path), key)["kind"] == "succeeded"
+    log = Path(path, ".httk-workflow", "batch", f"local-{job_id}.out").read_text()
+    assert "workers 2" in log and "1 succeeded" in log

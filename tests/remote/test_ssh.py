@@ -1,0 +1,110 @@
+"""SshTransport and ``remote check`` against the real sshd of tests/infra (127.0.0.1, key-only user httktest)."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+import pytest
+
+from httk.workflow.adapters.transport_ssh import SshTransport
+from httk.workflow.ports import TransportError
+
+pytestmark = pytest.mark.ssh
+
+
+def transport(infra, **overrides):
+    options = {
+        "port": int(infra["CI_SSH_PORT"]),
+        "user": infra["CI_SSH_USER"],
+        "key_filename": infra["CI_SSH_KEY"],
+        "known_hosts": infra["CI_SSH_KNOWN_HOSTS"],
+        "connect_timeout": 5.0,
+    }
+    options.update(overrides)
+    return SshTransport(infra["CI_SSH_HOST"], **options)
+
+
+@pytest.fixture
+def ssh(infra):
+    connection = transport(infra)
+    yield connection
+    connection.close()
+
+
+def test_run_quotes_every_word_and_passes_stdin_and_exit_status(ssh, infra):
+    tricky = ["a b", "it's", '"q"', "$HOME", "`id`", "; rm -rf ~", "*", "", "ü"]
+    result = ssh.run(["sh", "-c", 'for a do printf "[%s]" "$a"; done; cat; id -un >&2; exit 7', "sh", *tricky],
+                     input="from stdin\n")
+    assert result.returncode == 7
+    assert result.stdout == "".join(f"[{word}]" for word in tricky) + "from stdin\n"
+    assert result.stderr == f"{infra['CI_SSH_USER']}\n"
+    assert ssh.run(["cat"]).stdout == ""  # stdin is closed, not inherited
+    big = "x" * 300_000
+    assert ssh.run(["wc", "-c"], input=big).stdout.strip() == str(len(big))
+    assert ssh.run(["no-such-program-here"]).returncode == 127
+
+
+def test_the_connection_is_reused_and_survives_a_timeout(ssh):
+    ssh.run(["true"])
+    first = ssh._connection
+    with pytest.raises(TransportError, match="sleep did not finish within 0.3 s"):
+        ssh.run(["sleep", "5"], timeout=0.3)
+    assert ssh.run(["echo", "again"]).stdout == "again\n"
+    assert ssh._connection is first
+
+
+def test_put_and_get_over_sftp(ssh, tmp_path, infra):
+    remote = f"{infra['CI_WORK_ROOT']}/put-{uuid.uuid4().hex}.txt"
+    source = tmp_path / "source.txt"
+    source.write_text("over sftp\n")
+    try:
+        ssh.put(str(source), remote)
+        assert ssh.run(["cat", remote]).stdout == "over sftp\n"
+        ssh.get(remote, str(tmp_path / "back.txt"))
+        assert (tmp_path / "back.txt").read_text() == "over sftp\n"
+    finally:
+        ssh.run(["rm", "-f", remote])
+    with pytest.raises(TransportError, match="cannot get"):
+        ssh.get(remote, str(tmp_path / "absent.txt"))
+
+
+def test_connection_failures_are_one_line_saying_what_to_fix(infra, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    with pytest.raises(TransportError, match=r"host key unknown \(not in .*known_hosts\); connect once"):
+        transport(infra, known_hosts=str(empty)).run(["true"])
+    stranger = tmp_path / "stranger_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    with pytest.raises(TransportError, match=r"authentication failed with key .*stranger_key"):
+        transport(infra, key_filename=str(stranger)).run(["true"])
+    with pytest.raises(TransportError, match=r"cannot connect"):
+        transport(infra, port=1).run(["true"])
+    with pytest.raises(TransportError, match=r"cannot connect \(No such file or directory"):
+        transport(infra, key_filename=str(tmp_path / "no-key")).run(["true"])
+
+
+def configure_kappa(cli, infra, *extra):
+    cli("remote", "add", "kappa", "--template", "ssh-slurm")
+    cli(
+        "remote", "configure", "kappa",
+        "--set", f"host={infra['CI_SSH_HOST']}", "--set", f"port={infra['CI_SSH_PORT']}",
+        "--set", f"username={infra['CI_SSH_USER']}", "--set", f"key_filename={infra['CI_SSH_KEY']}",
+        "--set", f"known_hosts={infra['CI_SSH_KNOWN_HOSTS']}", "--set", f"httk_command={infra['CI_HTTK_COMMAND']}",
+        "--set", f"workspace_root={infra['CI_WORK_ROOT']}", *extra,
+    )  # fmt: skip
+
+
+def test_remote_check_over_ssh(cli, infra_httk):
+    infra = infra_httk
+    configure_kappa(cli, infra)
+    report = cli.json("remote", "check", "kappa")
+    assert report["ok"] is True, report
+    assert report["report"]["batch"]["commands"]["sbatch"]
+    assert report["report"]["workspace_root"]["path"] == infra["CI_WORK_ROOT"]
+    cli("remote", "configure", "kappa", "--set", "httk_command=httk-not-installed", "--set", "workspace_root=/")
+    failed = cli("remote", "check", "kappa", code=1)
+    assert failed.stderr == "remote kappa: failed checks: httk, workspace_root\n"
+    cli("remote", "configure", "kappa", "--set", "port=1")
+    unreachable = cli("remote", "check", "kappa", code=1)
+    assert "FAILED   connect         ssh httktest@127.0.0.1:1: cannot connect" in unreachable.stdout
