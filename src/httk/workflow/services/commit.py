@@ -157,24 +157,13 @@ def create_children(
                 pass
         else:
             spec = parse_job_bytes(fs.read_bytes(f"{destination}/job.json"), f"{destination}/job.json")
-        if moved_now or not (recovering and _marker_exists(store, placement, str(key))):
+        if moved_now or not (recovering and store.locate(placement, str(key))):
             try:
                 created.append(store.create_submitted(placement, key, spec.priority))
             except FileExistsError:
                 pass
         fs.write_atomic(ledger, b"", durable=durable)
     return created
-
-
-def _marker_exists(store: Store, placement: str, key: str) -> bool:
-    """Whether a job already has a marker in any kind (only asked while recovering a commit)."""
-    prefix = key + "."
-    for kind in StateKind:
-        directory = f"{store.layout.kind_dir(kind)}/{placement}"
-        for entry in store.fs.scandir(directory):
-            if entry.name.startswith(prefix):
-                return True
-    return False
 
 
 def note_for_parent(

@@ -16,7 +16,7 @@ import attrs
 
 from ..domain.lifecycle import Event, StateKind
 from .manager import Manager
-from .markers import Marker, MarkerNameError
+from .markers import Marker
 from .store import JobDamage
 from .workspaces import WorkspaceHandle
 
@@ -146,17 +146,8 @@ class Debugger:
         if located is None:
             return None
         placement, key = located
-        best: Marker | None = None
-        for kind in StateKind:
-            for entry in self.handle.fs.scandir(f"{self.handle.layout.kind_dir(kind)}/{placement}"):
-                if entry.name.startswith(key + ".") and not entry.is_dir:
-                    try:
-                        found = Marker.parse(kind, placement, entry.name)
-                    except MarkerNameError:
-                        continue
-                    if best is None or found.generation > best.generation:
-                        best = found
-        return best
+        found = self.handle.store.locate(placement, key)
+        return found[0] if found else None
 
     # -- log streaming ----------------------------------------------------------------------
     def _stream(self) -> None:

@@ -485,14 +485,10 @@ class Manager:
 
     def _current_running(self, marker: Marker, attempt_id: str | None) -> tuple[Marker, Any] | None:
         """The job's current ``running`` marker and frame if it is still the same attempt."""
-        prefix = f"{marker.key}."
-        for entry in self.fs.scandir(f"{self.layout.kind_dir(StateKind.RUNNING)}/{marker.placement}"):
-            if not entry.name.startswith(prefix):
-                continue
+        for current in self.store.locate(marker.placement, str(marker.key), (StateKind.RUNNING,)):
             try:
-                current = Marker.parse(StateKind.RUNNING, marker.placement, entry.name)
                 frame = self.store.read_frame(current)
-            except (ValueError, JobDamage):
+            except JobDamage:
                 return None
             if frame is not None and frame.attempt_id == attempt_id:
                 return current, frame

@@ -225,6 +225,24 @@ class Store:
             elif not placement and on_damage is not None:
                 on_damage("unparseable_name", entry.path, "a file directly below a kind directory")
 
+    def locate(self, placement: str, key: str, kinds: Sequence[StateKind] = tuple(StateKind)) -> list[Marker]:
+        """The markers of one job whose placement and key are known, newest generation first.
+
+        One directory listing per kind at that placement: cheap for a targeted lookup,
+        never a walk of the workspace.
+        """
+        prefix = f"{key}."
+        found = []
+        for kind in kinds:
+            for entry in self.fs.scandir(f"{self.layout.kind_dir(kind)}/{placement}"):
+                if entry.is_dir or not entry.name.startswith(prefix):
+                    continue
+                try:
+                    found.append(Marker.parse(kind, placement, entry.name))
+                except MarkerNameError:
+                    continue
+        return sorted(found, key=lambda marker: marker.generation, reverse=True)
+
     def find(self, job_id: str, kinds: Sequence[StateKind] = tuple(StateKind)) -> Marker | None:
         """The current marker of a job (exhaustive; for inspection, never for scheduling)."""
         for kind in kinds:
