@@ -20,12 +20,13 @@ import attrs
 from .. import codec
 from ..domain.lifecycle import ACTIVE_KINDS, TERMINAL_KINDS, Event, StateKind, next_kind
 from ..domain.model import Failure
-from ..domain.scheduling import Candidate, Offer, Requirements, best_within_window, mismatches
+from ..domain.scheduling import Offer
 from ..ports import LaunchedProcess, ProcessControl, Verifier
-from .attempts import AttemptPlan, LaunchRefused, LaunchSettings, prepare_attempt
+from .attempts import AttemptPlan, LaunchSettings
 from .cancellation import Cancellation
 from .commit import Decision, clear_note, create_children, decide, note_for_parent
 from .discovery import Discovery
+from .launching import Launcher
 from .markers import Marker
 from .outcomes import Outcome, read_outcome
 from .recovery import Recovery
@@ -132,6 +133,7 @@ class Manager:
         self.last_heartbeat = -1e18
         self.manager_dir = f"{self.layout.managers}/{self.id}"
         self.waiting = WaitingPass(self)
+        self.launcher = Launcher(self)
         self.recovery = Recovery(self)
         self.requests = RequestProcessor(self)
         self.cancellation = Cancellation(self)
@@ -205,6 +207,10 @@ class Manager:
 
     def log_path(self) -> str:
         return self.config.log_file or f"{self.manager_dir}/log"
+
+    def owner_record(self) -> dict[str, Any]:
+        """What a frame records about the manager that owns a job under its lease."""
+        return {"manager_id": self.id, "host": self.host, "lease_seconds": self.lease, "claimed_at": self.clock.now()}
 
     # -- manifest and heartbeat --------------------------------------------------------------
     def _publish_manifest(self) -> None:
@@ -287,7 +293,7 @@ class Manager:
                 self._register(marker)
         elif kind == StateKind.READY:
             if not self.draining:
-                self._claim_window(markers)
+                self.launcher.claim_window(markers)
         elif kind == StateKind.WAITING:
             for marker in markers:
                 if self.waiting.evaluate(marker):
@@ -340,109 +346,6 @@ class Manager:
             return
         log.info("registered %s at %s", marker.key, marker.placement)
         self._progress()
-
-    # -- claiming and launching --------------------------------------------------------------
-    def _claim_window(self, markers: list[Marker]) -> None:
-        slots = self.config.workers - len(self.running)
-        if slots <= 0 or not markers:
-            return
-        candidates = [Candidate(marker.priority, marker.relative_path(), marker) for marker in markers]
-        for candidate in best_within_window(candidates, len(candidates)):
-            if len(self.running) >= self.config.workers:
-                break
-            marker = candidate.item
-            assert isinstance(marker, Marker)
-            try:
-                view = self.store.read_job(marker)
-            except JobDamage as damage:
-                log.warning("job %s: not claimable: %s", marker.key, damage)
-                continue
-            if view.spec is None:
-                continue
-            requirements = Requirements(
-                pool=view.spec.pool,
-                capabilities=frozenset(view.spec.capabilities),
-                executor=view.spec.executor,
-                placement=marker.placement,
-            )
-            if mismatches(self.offer, requirements) or not self.owned_by_me(marker):
-                continue
-            self._claim_and_launch(marker, view)
-
-    def _claim_and_launch(self, marker: Marker, view: JobView) -> None:
-        frame = view.frame
-        spec = view.spec
-        assert spec is not None
-        previous_attempt = frame.attempt_id
-        previous_takeover = frame.takeover
-        owner = {"manager_id": self.id, "host": self.host, "lease_seconds": self.lease, "claimed_at": self.clock.now()}
-        try:
-            claimed, frame = self.store.transition(
-                marker,
-                frame,
-                Event.CLAIM,
-                owner=owner,
-                attempt_id=self.ids.new_id(),
-                attempt_ordinal=frame.attempt_ordinal + 1,
-                total_attempts=frame.total_attempts + 1,
-                activation_id=frame.activation_id or self.ids.new_id(),
-                activation_ordinal=max(frame.activation_ordinal, 1),
-                takeover=None,
-            )
-        except LostRace:
-            return
-        self._progress()
-        log.info("claimed %s (step %s, attempt %d)", marker.key, frame.step, frame.attempt_ordinal)
-        view = JobView(claimed, frame, spec)
-        try:
-            plan = prepare_attempt(
-                self.fs,
-                self.layout,
-                self.launch_settings,
-                workspace_id=self.handle.workspace_id,
-                durable=self.handle.durable,
-                marker=claimed,
-                frame=frame,
-                spec=spec,
-                workspace_settings=self.handle.settings(),
-                children=self.waiting.children_context(frame),
-                restart={
-                    "previous_attempt_id": previous_attempt,
-                    "unclean": frame.unclean_exits > 0,
-                    "takeover": previous_takeover,
-                    "last_failure": frame.failure,
-                },
-                now=self.clock.now(),
-            )
-        except LaunchRefused as refused:
-            log.warning("job %s: %s", marker.key, refused)
-            self.finish(claimed, frame, Event.LAUNCH_FAILED, {"owner": None, "failure": refused.failure.to_json()})
-            return
-        launched = self.proc.launch(
-            plan.argv,
-            cwd=plan.workdir,
-            env=plan.env,
-            stdout_path=f"{plan.control}/stdout.log",
-            stderr_path=f"{plan.control}/stderr.log",
-        )
-        identity = launched.identity
-        process = {
-            "host": identity.host,
-            "pid": identity.pid,
-            "start_ticks": identity.start_ticks,
-            "pgid": identity.pgid,
-            "control": plan.control,
-        }
-        try:
-            running, frame = self.store.transition(claimed, frame, Event.LAUNCH, process=process)
-        except LostRace:
-            # Someone (an operator cancel) took the claim: the gate stays shut, the runner never runs.
-            launched.abandon()
-            launched.close()
-            return
-        launched.release()
-        self.running[marker.job_id] = Running(running, JobView(running, frame, spec), plan, launched)
-        log.info("launched %s pid %d: %s", marker.key, identity.pid, " ".join(plan.argv))
 
     # -- watching and committing -------------------------------------------------------------
     def reap(self) -> None:

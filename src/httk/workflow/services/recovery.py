@@ -118,7 +118,7 @@ class Recovery:
         evidence = {key: _finite(value) for key, value in verdict.evidence.items()}
         evidence.update({"by": m.id, "at": m.clock.now(), "previous_owner": owner_id,
                          "owner_stopped": math.isinf(observation.heartbeat_age)})
-        me = {"manager_id": m.id, "host": m.host, "lease_seconds": m.lease, "claimed_at": m.clock.now()}
+        me = m.owner_record()
         if verdict.action == TakeoverAction.RELEASE:
             changes: dict[str, Any] = {
                 "owner": None,

@@ -250,7 +250,7 @@ class RequestProcessor:
                 owner = None
                 if kind == StateKind.RUNNING:
                     # The manager that fences the attempt owns the rest of the procedure.
-                    owner = {"manager_id": m.id, "host": m.host, "lease_seconds": m.lease, "claimed_at": m.clock.now()}
+                    owner = m.owner_record()
                 return Event.OPERATOR_CANCEL, {"owner": owner}, ""
             return None, {}, f"a {kind.value} job cannot be cancelled"
         step = request.get("step")
