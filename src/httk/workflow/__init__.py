@@ -46,7 +46,38 @@ _NAMES = {
     "Failure": "domain.model",
     "Workspace": "workspace",
 }
-_SUBMODULES = frozenset({"protocol", "runtime", "runtime_utils", "supervision"})
+#: The dependency-free VASP helpers (spec 001 "VASP files"), defined in ``httk.workflow.vasp``.
+_VASP_NAMES = (
+    "DEFAULT_KPOINT_CENTERING",
+    "VASP_RESTART_ARTIFACTS",
+    "PotcarAssembly",
+    "PotcarChoice",
+    "VaspPreparationOptions",
+    "apply_vasp_remedy",
+    "assemble_potcar",
+    "automatic_kpoint_grid",
+    "calculate_nbands",
+    "clean_vasp_outputs",
+    "contcar_to_poscar",
+    "derive_seed",
+    "extract_vasp_results",
+    "job_remedy_history_path",
+    "plan_vasp_remedy",
+    "prepare_vasp_inputs",
+    "rattle_poscar",
+    "read_incar",
+    "read_poscar_header",
+    "register_remedy_policy",
+    "remedy_policy_names",
+    "run_vasp",
+    "suggested_magnetic_moments",
+    "update_incar",
+    "validate_vasp_workdir",
+    "write_automatic_kpoints",
+)
+_NAMES.update({name: "vasp" for name in _VASP_NAMES})
+__all__ += [*_VASP_NAMES, "vasp"]
+_SUBMODULES = frozenset({"protocol", "runtime", "runtime_utils", "supervision", "vasp"})
 
 
 def __getattr__(name: str) -> Any:

@@ -224,7 +224,7 @@ def bump_nbands(nbands: int, factor: float = 1.1, minimum_increase: int = 4, mul
     """
     if nbands <= 0 or factor < 1 or minimum_increase < 1 or multiple < 1:
         raise ValueError("bump_nbands needs nbands > 0, factor >= 1, minimum_increase >= 1, multiple >= 1")
-    bands = max(math.ceil(nbands * factor), nbands + minimum_increase)
+    bands = max(math.ceil(nbands * factor - 1e-9), nbands + minimum_increase)  # 100 * 1.1 is 110.00000000000001
     return math.ceil(bands / multiple) * multiple
 
 

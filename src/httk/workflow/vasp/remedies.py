@@ -2,9 +2,9 @@
 
 A *policy* maps each diagnosis code to an ordered ladder of *rungs* and ranks
 the codes by ``precedence``. :func:`plan_vasp_remedy` reads the run report,
-walks the ladder of the highest-ranked diagnosed code, skips every rung the
-history already applied for that code and every rung that cannot execute in
-this calculation directory, and returns the first remaining one (or ``None``
+walks the ladder of the highest-ranked diagnosed code from above the highest
+rung the history already applied for that code, skips every rung that cannot
+execute in this calculation directory, and returns the first remaining one (or ``None``
 when every ladder is exhausted). Planning writes nothing;
 :func:`apply_vasp_remedy` performs the edits and appends the remedy to the
 JSON history, which is how the escalation continues across attempts.
@@ -302,8 +302,9 @@ def plan_vasp_remedy(
     ``report`` is a run-report mapping or path (default
     ``<workdir>/vasp-run-report.json``). Diagnosed codes are taken in the
     policy's precedence order (codes the policy does not know are ignored);
-    within a code's ladder a rung is skipped when the history already applied
-    it for that code or when it cannot execute in ``workdir``. Writes nothing.
+    a code's ladder resumes above the highest rung the history applied for
+    that code, and a rung that cannot execute in ``workdir`` is skipped.
+    Writes nothing.
     """
     chosen = get_remedy_policy(policy)
     directory = Path(workdir)
@@ -312,9 +313,11 @@ def plan_vasp_remedy(
     for code in chosen.precedence:
         if code not in present:
             continue
-        for rung in chosen.sequences[code]:
-            if (code, rung) in applied:
-                continue
+        ladder = chosen.sequences[code]
+        # Escalation only moves up: a rung below the highest one applied stays behind, even if it became
+        # applicable again (algo_all makes algo_normal applicable).
+        done = [index for index, rung in enumerate(ladder) if (code, rung) in applied]
+        for rung in ladder[max(done) + 1 if done else 0 :]:
             edit = REMEDY_RUNGS[rung](directory)
             if edit is None:
                 continue
