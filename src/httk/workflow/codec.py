@@ -46,15 +46,30 @@ def encode(value: Any) -> bytes:
     return (dumps(value) + "\n").encode("utf-8")
 
 
+class _NonJsonConstant(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    # NaN and Infinity are accepted by Python's parser but are not JSON, and cannot be re-encoded.
+    raise _NonJsonConstant(name)
+
+
 def decode(data: bytes, document: str) -> Any:
     """Parse JSON bytes; a parse error names the document."""
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except RecursionError:
+        raise DocumentError(document, "$", "nested too deeply") from None
     except UnicodeDecodeError as error:
         raise DocumentError(document, "$", f"not UTF-8 ({error.reason})") from None
+    except _NonJsonConstant as error:
+        raise DocumentError(document, "$", f"{error.args[0]} is not JSON") from None
     except json.JSONDecodeError as error:
         problem = f"not JSON ({error.msg} at line {error.lineno} column {error.colno})"
         raise DocumentError(document, "$", problem) from None
+    except ValueError as error:  # e.g. an integer beyond the interpreter's digit limit
+        raise DocumentError(document, "$", str(error).split(";")[0]) from None
 
 
 def decode_object(data: bytes, document: str) -> dict[str, Any]:

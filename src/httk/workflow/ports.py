@@ -96,8 +96,12 @@ class Filesystem(Protocol):
 
     def readlink(self, path: str) -> str: ...
 
-    def makedirs(self, path: str) -> None:
-        """Create ``path`` and its parents; an existing directory is fine."""
+    def makedirs(self, path: str, *, durable: bool = False) -> None:
+        """Create ``path`` and its parents; an existing directory is fine.
+
+        With ``durable`` the created names are synced into their parents, so a
+        directory a later durable publication lands in survives a crash.
+        """
 
     def remove(self, path: str) -> None:
         """Remove one file or symlink; ``FileNotFoundError`` if absent."""

@@ -313,9 +313,15 @@ class PosixFilesystem:
             return _PosixAppender(path, os.open(path, flags), pending_dirs=[])
         return _PosixAppender(path, fd, pending_dirs=[os.path.dirname(d) for d in created] + [directory])
 
-    def makedirs(self, path: str) -> None:
-        """Create ``path`` and its parents; an existing directory is fine."""
-        os.makedirs(path, exist_ok=True)
+    def makedirs(self, path: str, *, durable: bool = False) -> None:
+        """Create ``path`` and its parents; an existing directory is fine.
+
+        With ``durable`` every created directory's name is synced into its parent.
+        """
+        if durable:
+            self._ensure_dir(path, durable=True)
+        else:
+            os.makedirs(path, exist_ok=True)
 
     def _ensure_dir(self, directory: str, *, durable: bool) -> list[str]:
         """Create ``directory`` as needed, outermost first, and return the directories created.

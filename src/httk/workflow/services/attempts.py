@@ -149,7 +149,8 @@ def prepare_attempt(
     control = layout.attempt_dir(job_id, frame.total_attempts, attempt_id)
     payload = layout.payload(marker.placement, str(marker.key))
     fs.rmtree(control)
-    fs.makedirs(control)
+    # The runner publishes outcome.ready/ below it: its name must survive a crash too.
+    fs.makedirs(control, durable=durable)
     runner_source = resolve_runner(fs, layout, payload, spec, settings.runner_search_paths)
     copy = f"{control}/runner/{posixpath.basename(runner_source)}"
     fs.copy_tree(runner_source, copy, durable=False)
@@ -172,7 +173,7 @@ def prepare_attempt(
     data = None
     if spec.data_mode == "transactional":
         data = f"{layout.data_dir(job_id)}/current"
-        fs.makedirs(data)
+        fs.makedirs(data, durable=durable)
     context = {
         "format": CONTEXT_FORMAT,
         "format_version": 1,

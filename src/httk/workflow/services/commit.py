@@ -30,6 +30,10 @@ from .store import Store
 PARENT_FILE = "parent.json"
 
 
+class ChildrenError(ValueError):
+    """An outcome whose spawned children cannot be created (a protocol error of the runner)."""
+
+
 @attrs.frozen
 class Decision:
     """The transition a commit makes and the frame changes it carries."""
@@ -136,6 +140,12 @@ def create_children(
     durable = store.config.durable
     created: list[Marker] = []
     ledger_dir = f"{control}/commit/children"
+    for child in outcome.spawned:
+        # Every child must be somewhere before any is created: in the outcome, or already moved into place.
+        source = f"{control}/outcome.ready/children/{child['payload']}"
+        destination = layout.payload(child["placement"], child["job_key"])
+        if not (fs.exists(f"{ledger_dir}/{child['job_id']}") or fs.exists(source) or fs.exists(destination)):
+            raise ChildrenError(f"child {child['label']!r}: its payload {child['payload']} is not in the outcome")
     for child in outcome.spawned:
         ledger = f"{ledger_dir}/{child['job_id']}"
         if fs.exists(ledger):

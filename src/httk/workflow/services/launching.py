@@ -77,6 +77,8 @@ class Launcher:
                 activation_id=frame.activation_id or self.m.ids.new_id(),
                 activation_ordinal=max(frame.activation_ordinal, 1),
                 takeover=None,
+                # An earlier attempt's exit status must never be mistaken for this one's.
+                notes={key: value for key, value in frame.notes.items() if key != "returncode"},
             )
         except LostRace:
             return

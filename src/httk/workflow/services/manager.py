@@ -24,7 +24,7 @@ from ..domain.scheduling import Offer
 from ..ports import LaunchedProcess, ProcessControl, Verifier
 from .attempts import AttemptPlan, LaunchSettings
 from .cancellation import Cancellation
-from .commit import Decision, clear_note, create_children, decide, note_for_parent
+from .commit import ChildrenError, Decision, clear_note, create_children, decide, note_for_parent
 from .discovery import Discovery
 from .launching import Launcher
 from .markers import Marker
@@ -412,12 +412,17 @@ class Manager:
                     apply_transaction(self.fs, self.layout, marker.job_id, control, outcome.transaction,
                                       durable=self.handle.durable)
                     applied = True
-                except TransactionError as error:
+                except (TransactionError, OSError) as error:
                     outcome = Outcome("fail", failure=Failure("transaction_error", str(error)), published=False)
         if outcome.published and outcome.spawned:
-            created = create_children(self.store, control, outcome, marker, recovering=recovering)
-            if created:
-                log.info("job %s spawned %d children", marker.key, len(created))
+            try:
+                created = create_children(self.store, control, outcome, marker, recovering=recovering)
+            except (ChildrenError, codec.DocumentError, OSError) as error:
+                outcome = Outcome("fail", failure=Failure("protocol_error", f"children not created: {error}"),
+                                  published=False)
+            else:
+                if created:
+                    log.info("job %s spawned %d children", marker.key, len(created))
         decision: Decision = decide(outcome, frame, spec, self.ids)
         if applied:
             decision.changes["data_generation"] = frame.data_generation + 1

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from .. import codec
-from ..domain.model import JOIN_CONDITIONS, Failure, ValidationError, check_step, check_tag
+from ..domain.model import JOIN_CONDITIONS, Failure, JobKey, ValidationError, check_placement, check_step, check_tag
 from ..ports import Filesystem
 from ..protocol import parse_job_bytes
 
@@ -174,21 +174,24 @@ def _read_spawn(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
         if label in seen:
             raise check.fail(f"{path}.label", f"duplicate label {label!r}")
         seen.add(label)
-        payload = check.string(child, "payload", path) or ""
-        if "/" in payload.removeprefix("jobs/") or not payload.startswith("jobs/"):
-            raise check.fail(f"{path}.payload", "expected jobs/<job-key>")
-        job_file = f"{ready}/children/{payload}/job.json"
+        job_key = check.string(child, "job_key", path) or ""
+        try:
+            key = JobKey.parse(job_key)
+            placement = check_placement(check.string(child, "placement", path) or "")
+        except ValidationError as error:
+            raise check.fail(path, str(error)) from None
+        if check.string(child, "job_id", path) != key.job_id:
+            raise check.fail(f"{path}.job_id", "does not match the uuid of job_key")
+        payload = check.string(child, "payload", path)
+        if payload != f"jobs/{job_key}":
+            raise check.fail(f"{path}.payload", f"expected jobs/{job_key}")
+        # The payload must be in the outcome; a crash-recovering commit may already have moved it
+        # into place, which create_children checks against the workspace instead.
         if fs.exists(f"{ready}/children/{payload}"):
+            job_file = f"{ready}/children/{payload}/job.json"
             parse_job_bytes(fs.read_bytes(job_file), job_file)
-        out.append(
-            {
-                "label": label,
-                "job_id": check.string(child, "job_id", path),
-                "job_key": check.string(child, "job_key", path),
-                "placement": check.string(child, "placement", path),
-                "payload": check.string(child, "payload", path),
-            }
-        )
+        out.append({"label": label, "job_id": key.job_id, "job_key": job_key, "placement": placement,
+                    "payload": payload})
     return out
 
 
@@ -200,4 +203,6 @@ def _read_transaction(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
     operations = document.get("operations")
     if not isinstance(operations, list):
         raise codec.DocumentError(name, "$.operations", "expected an array")
-    return [dict(operation) for operation in operations if isinstance(operation, dict)]
+    if not all(isinstance(operation, dict) for operation in operations):
+        raise codec.DocumentError(name, "$.operations", "expected an array of objects")
+    return [dict(operation) for operation in operations]

@@ -17,7 +17,7 @@ import attrs
 from .. import codec
 from ..domain import budgets
 from ..domain.lifecycle import TRANSITIONS, Event, StateKind
-from ..domain.model import ValidationError, check_step
+from ..domain.model import ValidationError, check_placement, check_step
 from ..ports import Signer
 from .commit import counters_of, new_activation
 from .markers import Marker, MarkerNameError
@@ -131,7 +131,11 @@ class RequestProcessor:
             except codec.DocumentError as error:
                 self._move(entry.path, "quarantine", entry.name, f"unreadable request: {error}", {})
                 continue
-            if request.get("executor", "path") not in m.offer.executors:
+            executor = request.get("executor", "path")
+            if not isinstance(executor, str):
+                self._move(entry.path, "quarantine", entry.name, "the request's executor is not a string", request)
+                continue
+            if executor not in m.offer.executors:
                 continue
             claimed = f"{self._dir}/claimed/{m.id}/{entry.name}"
             try:
@@ -174,7 +178,9 @@ class RequestProcessor:
             self._move(path, "quarantine", name, "not an httk-workflow-request version 1 document", request)
             return False
         try:
-            marker = Marker.parse(request["kind"], request["placement"], request["marker"])
+            if not all(isinstance(request.get(key), str) for key in ("kind", "placement", "marker")):
+                raise ValueError("kind, placement and marker must be strings")
+            marker = Marker.parse(request["kind"], check_placement(request["placement"]), request["marker"])
         except (MarkerNameError, KeyError, ValueError):
             self._move(path, "quarantine", name, "the request does not name a marker", request)
             return False

@@ -54,7 +54,7 @@ def publish_runner(
         )
     target = object_path(layout, sha256, name)
     if not fs.exists(target):
-        fs.makedirs(posixpath.dirname(target))
+        fs.makedirs(posixpath.dirname(target), durable=durable)
         try:
             fs.copy_tree(source, target, durable=durable)
         except FileExistsError:

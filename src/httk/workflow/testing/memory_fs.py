@@ -558,9 +558,9 @@ class InMemoryFilesystem:
             raise _error(errno.EINVAL, path)
         return node.target
 
-    def makedirs(self, path: str) -> None:
-        """Create ``path`` and its parents (not durably); an existing directory is fine."""
-        self._ensure_dir(path, durable=False)
+    def makedirs(self, path: str, *, durable: bool = False) -> None:
+        """Create ``path`` and its parents (durably when asked); an existing directory is fine."""
+        self._ensure_dir(path, durable=durable)
 
     def remove(self, path: str) -> None:
         """Remove one file or symlink; ``FileNotFoundError`` if absent."""
