@@ -334,16 +334,39 @@ def _remove(target: Path) -> None:
         target.unlink()
 
 
+def _inside(workdir: Path, target: Path, batch: Path) -> Path:
+    """``target`` unless a symlinked directory on its way leads out of the workdir."""
+    real_root = os.path.realpath(workdir)
+    real_parent = os.path.realpath(target.parent)
+    if real_parent != real_root and not real_parent.startswith(real_root + os.sep):
+        raise ValueError(f"workdir batch {batch.name}: {target} leads outside the workdir through a symbolic link")
+    return target
+
+
+def _check_operation(batch: Path, index: int, operation: Any) -> dict[str, Any]:
+    name = os.fspath(batch / "ops.json")
+    if not isinstance(operation, dict):
+        raise codec.DocumentError(name, f"$.operations[{index}]", "expected an object")
+    required = {"write": ("path", "staged"), "remove": ("path",), "rename": ("path", "destination")}
+    kind = operation.get("op")
+    if kind not in required:
+        raise codec.DocumentError(name, f"$.operations[{index}].op", "expected write, remove or rename")
+    for member in required[kind]:
+        if not isinstance(operation.get(member), str):
+            raise codec.DocumentError(name, f"$.operations[{index}].{member}", "expected a string")
+    return operation
+
+
 def _apply_one(workdir: Path, batch: Path, operation: dict[str, Any], *, durable: bool) -> None:
     """Apply one op; each is safe to repeat after it completed (or half-completed) once."""
     kind = operation.get("op")
-    target = workdir / check_relative(operation["path"], "workdir path")
+    target = _inside(workdir, workdir / check_relative(operation["path"], "workdir path"), batch)
     if kind == "write":
         _replace_with_copy(batch / check_relative(operation["staged"], "staged file"), target, durable=durable)
     elif kind == "remove":
         _remove(target)
     elif kind == "rename":
-        destination = workdir / check_relative(operation["destination"], "workdir path")
+        destination = _inside(workdir, workdir / check_relative(operation["destination"], "workdir path"), batch)
         if os.path.lexists(target):
             destination.parent.mkdir(parents=True, exist_ok=True)
             if destination.is_dir() and not destination.is_symlink() and target != destination:
@@ -367,8 +390,9 @@ def apply_sealed_batch(workdir: Path, batch: Path, *, durable: bool) -> None:
     applied = 0
     if progress_path.exists():
         applied = int(codec.decode_object(progress_path.read_bytes(), os.fspath(progress_path))["applied"])
-    for index in range(applied, len(operations)):
-        _apply_one(workdir, batch, operations[index], durable=durable)
+    checked = [_check_operation(batch, index, operation) for index, operation in enumerate(operations)]
+    for index in range(applied, len(checked)):
+        _apply_one(workdir, batch, checked[index], durable=durable)
         # Recorded after the op took effect: a crash in between repeats one idempotent op.
         atomic_write(progress_path, codec.encode({"applied": index + 1}), durable=durable)
     applied_root = workdir / RUNNER_DIR / "workdir-applied"

@@ -419,6 +419,19 @@ class JobState(MutableMapping[str, Any]):
             codec.dumps(value)
         except (TypeError, ValueError) as error:
             raise TypeError(f"state value for key {key!r} is not JSON-serialisable: {error}") from None
+        _check_keys(value, key)
+
+
+def _check_keys(value: Any, where: str) -> None:
+    """JSON object keys are strings: a non-string key would silently change on the way back."""
+    if isinstance(value, dict):
+        for name, member in value.items():
+            if not isinstance(name, str):
+                raise TypeError(f"state value for key {where!r} has a non-string object key {name!r}")
+            _check_keys(member, where)
+    elif isinstance(value, list | tuple):
+        for member in value:
+            _check_keys(member, where)
 
 
 # --------------------------------------------------------------------------- commands

@@ -238,7 +238,11 @@ def cmd_context(session: Session, args: list[str]) -> int:
 def cmd_input(session: Session, args: list[str]) -> int:
     """One job input (``Attempt.input``); a missing one without a default is absent."""
     count_args(args, 1, 2, "httk_workflow_input NAME [DEFAULT]")
-    session.emit(session.attempt().input(*args))  # KeyError without a default: status 1
+    try:
+        value = session.attempt().input(*args)
+    except KeyError:
+        raise Absent(args[0]) from None  # a missing input without a default: status 1
+    session.emit(value)
     return EXIT_OK
 
 

@@ -342,10 +342,13 @@ def dispatch(session: Session, argv: Sequence[str], where: str = "") -> int:
         return EXIT_REFUSED
     try:
         return command(session, list(argv[1:]))
-    except (Absent, KeyError):
+    except Absent:
         return EXIT_ABSENT
     except (Refused, ValueError, TypeError, RuntimeError, OSError) as error:
         sys.stderr.write(f"{label}: {error}\n")
+        return EXIT_REFUSED
+    except Exception as error:  # noqa: BLE001 - a broken call must never look like an absent answer
+        sys.stderr.write(f"{label}: {type(error).__name__}: {error}\n")
         return EXIT_REFUSED
 
 

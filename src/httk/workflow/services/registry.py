@@ -36,6 +36,11 @@ class Registry:
             return {"format": REGISTRY_FORMAT, "format_version": 1, "workspaces": {}, "default": None}
         if not isinstance(document.get("workspaces"), dict):
             raise RegistryError(f"{self.path} @ $.workspaces: expected an object; fix or remove the file")
+        for name, path in document["workspaces"].items():
+            if not isinstance(path, str) or not path.startswith("/"):
+                raise RegistryError(f"{self.path} @ $.workspaces.{name}: expected an absolute path; fix or remove it")
+        if document.get("default") is not None and not isinstance(document.get("default"), str):
+            raise RegistryError(f"{self.path} @ $.default: expected a workspace name or null")
         return document
 
     def _write(self, document: dict[str, Any]) -> None:
