@@ -161,8 +161,10 @@ def test_local_batch_builders_and_parsers():
     assert launch[:2] == ["sh", "-c"] and launch[3:] == ["httk-local-batch", "/w/b"]
     assert "setsid nohup sh -s" in launch[2]
     assert system.status_argv(["5", "6"])[3:] == ["httk-local-batch", "5", "6"]
-    assert system.cancel_argv(["5"]) == ["kill", "-TERM", "5"]
+    cancel = system.cancel_argv(["5.77"])
+    assert cancel[:2] == ["sh", "-c"] and cancel[3:] == ["httk-local-batch", "5.77"] and "kill -TERM" in cancel[2]
     assert local.parse_pid("4242\n") == "4242"
+    assert local.parse_pid("4242.98765\n") == "4242.98765"
     with pytest.raises(BatchSystemError, match="not a process id"):
         local.parse_pid("sh: setsid: not found\n")
     states = local.parse_probe("5 RUNNING\n6 EXITED\n", ["5", "6", "7"])

@@ -75,7 +75,7 @@ def test_init_status_settings_and_run_through_the_local_batch_system(cli, here, 
 
     key = cli("job", "submit", str(path), str(write_payload(tmp_path / "payload")), "--placement", "p").stdout.strip()
     submitted = cli("run", f"{here}:runs", "--idle-timeout", "60").stdout
-    match = re.fullmatch(rf"submitted local job (\d+) on here: a manager for {re.escape(str(path))}\n", submitted)
+    match = re.fullmatch(rf"submitted local job ([\d.]+) on here: a manager for {re.escape(str(path))}\n", submitted)
     assert match, submitted
     job_id = match[1]
 
@@ -86,5 +86,5 @@ def test_init_status_settings_and_run_through_the_local_batch_system(cli, here, 
 
     assert wait_until(finished, 120, f"local manager {job_id} exiting")["state"] == "EXITED"
     assert cli.json("job", "show", str(path), key)["kind"] == "succeeded"
-    log = Path(path, ".httk-workflow", "batch", f"local-{job_id}.out").read_text()
+    log = Path(path, ".httk-workflow", "batch", f"local-{job_id.split('.')[0]}.out").read_text()
     assert "workers 2" in log and "1 succeeded" in log

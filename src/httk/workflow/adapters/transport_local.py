@@ -40,7 +40,9 @@ class LocalTransport:
                 cwd=self.cwd,
                 check=False,
             )
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            if self.cwd is not None and error.filename == self.cwd:
+                raise TransportError(f"local: working directory {self.cwd} does not exist") from None
             return CommandResult(127, "", f"{argv[0]}: command not found\n")
         except PermissionError:
             return CommandResult(126, "", f"{argv[0]}: permission denied\n")

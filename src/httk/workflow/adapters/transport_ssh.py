@@ -27,6 +27,8 @@ from ..ports import CommandResult, TransportError
 
 #: Bytes read from a channel at a time.
 _CHUNK = 1 << 16
+_TIMED_OUT = 124
+_TIMEOUT_WRAPPER = 't=$1; shift; if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 "$t" "$@"; fi; exec "$@"'
 
 
 class SshTransport:
@@ -132,7 +134,12 @@ class SshTransport:
         """
         if not argv:
             raise TransportError(f"ssh {self.where}: empty command")
+        if timeout is not None:
+            # Closing the channel does not signal a command without a pty: the remote side enforces
+            # the timeout itself (coreutils timeout where it exists), so a timed-out call stops there too.
+            argv = ["sh", "-c", _TIMEOUT_WRAPPER, "httk-timeout", f"{timeout:g}", *argv]
         command = shlex.join(argv)
+        program = argv[5] if timeout is not None else argv[0]
         transport = self._connect().transport
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -141,15 +148,17 @@ class SshTransport:
             if input:
                 channel.sendall(input.encode("utf-8"))
             channel.shutdown_write()
-            stdout, stderr = self._collect(channel, deadline, argv[0], timeout)
+            stdout, stderr = self._collect(channel, deadline + 1.0 if deadline else None, program, timeout)
             returncode = channel.recv_exit_status()
             channel.close()
+            if timeout is not None and returncode == _TIMED_OUT:
+                raise TransportError(f"ssh {self.where}: {program} did not finish within {timeout:g} s")
         except paramiko.SSHException as error:
             self.close()
-            raise TransportError(f"ssh {self.where}: {argv[0]}: {_text(error)}") from None
+            raise TransportError(f"ssh {self.where}: {program}: {_text(error)}") from None
         except OSError as error:
             self.close()
-            raise TransportError(f"ssh {self.where}: {argv[0]}: connection lost ({_text(error)})") from None
+            raise TransportError(f"ssh {self.where}: {program}: connection lost ({_text(error)})") from None
         return CommandResult(returncode, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"))
 
     def _collect(

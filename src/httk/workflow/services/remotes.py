@@ -17,6 +17,7 @@ anything touches the local filesystem (a local path with a colon is spelled
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -95,6 +96,8 @@ class SettingSpec:
         kinds = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}[self.type]
         if not isinstance(value, kinds) or (isinstance(value, bool) and self.type != "boolean"):
             raise RemoteError(f"setting {self.name}: expected {_a(self.type)}, got {codec.type_name(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise RemoteError(f"setting {self.name}: {value} is not a finite number")
         if self.minimum is not None and value < self.minimum:
             raise RemoteError(f"setting {self.name}: {value} is below the minimum {self.minimum:g}")
         if self.maximum is not None and value > self.maximum:
@@ -197,8 +200,10 @@ class RemoteRegistry:
         return f"{self.directory}/{name}.json"
 
     def names(self) -> list[str]:
-        return sorted(entry.name[: -len(".json")] for entry in self.fs.scandir(self.directory)
-                      if entry.is_file and entry.name.endswith(".json"))
+        # Only files named like a remote count: a stray file must not break the listing.
+        stems = [entry.name[: -len(".json")] for entry in self.fs.scandir(self.directory)
+                 if entry.is_file and entry.name.endswith(".json")]
+        return sorted(stem for stem in stems if _NAME.fullmatch(stem))
 
     def get(self, name: str) -> Remote:
         path = self.path(name)

@@ -134,4 +134,8 @@ def manager_command(
     """The quoted ``httk workflow run WORKSPACE --workers N ...`` line of a batch script."""
     if not httk_command:
         raise BatchSystemError("the remote's httk_command is empty")
+    for word in (workspace_path, *manager_args, *httk_command):
+        # A batch script is parsed line by line (sbatch reads #SBATCH lines): no control characters.
+        if any(ord(character) < 32 or ord(character) == 127 for character in word):
+            raise BatchSystemError(f"refusing {word!r} in a batch script: it contains a control character")
     return shlex.join([*httk_command, "workflow", "run", workspace_path, "--workers", str(workers), *manager_args])

@@ -12,6 +12,7 @@ parameters, never by interpolation. Spec: 000 "Running on a remote".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,16 +22,25 @@ from .base import CommandLineBatchSystem, manager_command, resolve_workers
 # fd 3 carries the script: a background command of a non-interactive shell gets /dev/null
 # as stdin unless it redirects stdin itself. setsid does not fork here (the background
 # child is no process-group leader), so $! is the pid of the shell that runs the script.
-_LAUNCH = 'cd "$1" || exit 1; exec 3<&0; setsid nohup sh -s <&3 >/dev/null 2>&1 3<&- & echo $!'
+# The id is PID.STARTTIME (field 22 of /proc/PID/stat), so a reused pid never passes for the manager.
+_LAUNCH = (
+    'cd "$1" || exit 1; exec 3<&0; setsid nohup sh -s <&3 >/dev/null 2>&1 3<&- & p=$!; '
+    's=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f20); echo "$p${s:+.$s}"'
+)
 
-# A zombie is a process that has exited and not been reaped yet: EXITED.
-_PROBE = """for p do
+# alive ID: whether the process the id names (pid and start time) still runs; a zombie has exited.
+_ALIVE = """alive() {
+  p=${1%%.*}; want=${1#"$p"}; want=${want#.}
   if [ -d /proc/self ]; then
-    if [ -r "/proc/$p/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$p/status" 2>/dev/null
-    then echo "$p RUNNING"; else echo "$p EXITED"; fi
-  elif kill -0 "$p" 2>/dev/null; then echo "$p RUNNING"
-  else echo "$p EXITED"; fi
-done"""
+    [ -r "/proc/$p/stat" ] || return 1
+    grep -q '^State:[[:space:]]*Z' "/proc/$p/status" 2>/dev/null && return 1
+    [ -z "$want" ] || [ "$(sed 's/.*) //' "/proc/$p/stat" | cut -d' ' -f20)" = "$want" ]
+  else kill -0 "$p" 2>/dev/null; fi
+}
+"""
+_PROBE = _ALIVE + """for id do if alive "$id"; then echo "$id RUNNING"; else echo "$id EXITED"; fi; done"""
+# SIGTERM only the process the id names: the manager drains, then exits.
+_CANCEL = _ALIVE + """for id do if alive "$id"; then kill -TERM "${id%%.*}"; fi; done"""
 
 
 class LocalBatchSystem(CommandLineBatchSystem):
@@ -38,6 +48,8 @@ class LocalBatchSystem(CommandLineBatchSystem):
 
     name = "local"
     commands = ("setsid", "nohup", "sh")
+    # A pid, and the process's start time so a reused pid is never mistaken for the manager.
+    id_pattern = re.compile(r"[1-9][0-9]*(\.[0-9]+)?")
 
     def compose_script(
         self,
@@ -65,8 +77,7 @@ class LocalBatchSystem(CommandLineBatchSystem):
         return parse_probe(result.stdout, job_ids)
 
     def cancel_argv(self, job_ids: Sequence[str]) -> list[str]:
-        # SIGTERM: the manager drains (commits what finishes within --drain-timeout), then exits.
-        return ["kill", "-TERM", *job_ids]
+        return ["sh", "-c", _CANCEL, "httk-local-batch", *job_ids]
 
 
 def compose_script(
@@ -82,7 +93,7 @@ def compose_script(
     command = manager_command(workspace_path, manager_args, httk_command, count)
     return (
         "#!/bin/sh\n"
-        f"# One httk-workflow task manager for {workspace_path}, started detached; job id = this shell's pid.\n"
+        "# One httk-workflow task manager, started detached; job id = this shell's pid.\n"
         'exec >"local-$$.out" 2>&1\n'
         # Not earlier: this shell reads the rest of its script from stdin.
         f"exec {command} </dev/null\n"
@@ -92,7 +103,7 @@ def compose_script(
 def parse_pid(stdout: str) -> str:
     """The pid the launcher printed."""
     text = stdout.strip()
-    if not text.isdigit():
+    if not re.fullmatch(r"[1-9][0-9]*(\.[0-9]+)?", text):
         raise BatchSystemError(f"local: the launcher printed {text[:80]!r}, not a process id")
     return text
 

@@ -103,7 +103,7 @@ def compose_script(
     for setting, option in DIRECTIVES:
         if setting in settings and settings[setting] is not None:
             lines.append(f"#SBATCH {option}={directive_value(setting, settings[setting])}")
-    lines.append(f"# One httk-workflow task manager for {workspace_path}, from its slurm.* and manager.* settings.")
+    lines.append("# One httk-workflow task manager, from the workspace's slurm.* and manager.* settings.")
     # exec: scancel's SIGTERM reaches the manager itself, which then drains.
     lines.append("exec " + manager_command(workspace_path, manager_args, httk_command, count))
     return "\n".join(lines) + "\n"
@@ -157,7 +157,14 @@ def parse_squeue(stdout: str, job_ids: Sequence[str]) -> dict[str, BatchJobStatu
         # "CANCELLED+" or "CANCELLED by 0" in some versions: the word is what counts.
         state = re.sub(r"[^A-Z_].*$", "", state) or state
         if state in FINISHED_STATES:
-            seen[job_id] = BatchJobStatus(state, finished=True, succeeded=FINISHED_STATES[state])
+            status = BatchJobStatus(state, finished=True, succeeded=FINISHED_STATES[state])
         else:
-            seen[job_id] = BatchJobStatus(state, finished=False)
+            status = BatchJobStatus(state, finished=False)
+        seen[job_id] = status
+        # An array job is listed by its tasks ("37_[1-3]", "37_2"): the array is unfinished while any task is.
+        array = job_id.split("_", 1)[0]
+        if array != job_id:
+            known = seen.get(array)
+            if known is None or (known.finished and not status.finished):
+                seen[array] = status
     return {job_id: seen.get(job_id, UNKNOWN) for job_id in job_ids}
