@@ -830,7 +830,7 @@ def test_calc_template_and_compression(runners, tmp_path, monkeypatch):
     assert seen["render"] == (0, "ENCUT = 520\nMAGMOM = [1,2]")
     assert seen["render_file"] == (0, "")
     assert (tmp_path / "INCAR").read_text() == "ENCUT = 520\nMAGMOM = [1,2]\n"
-    assert seen["render_missing"][0] == 2  # a template that cannot be rendered is refused, not absent
+    assert seen["render_missing"][0] == 1  # a placeholder without a value is absent, as documented
     assert seen["compress"] == (0, "") and seen["compress_again"][0] == 2
     assert seen["decompress"][0] == 2  # big.txt is still there: decompressing would overwrite it
     assert seen["decompress_bad"][0] == 2

@@ -534,6 +534,14 @@ class Runner:
             sys.stderr.write(f"usage: {sys.argv[0]} [--describe] (unexpected arguments: {' '.join(args)})\n")
             return 2
         _ensure_logging()
+        missing = [name for name in _REQUIRED_ENV if not os.environ.get(name)]
+        if missing:
+            # Started by hand, not by a manager: one line and the refusal status, like the Bash SDK.
+            sys.stderr.write(
+                f"{missing[0]} is not set: this program is a workflow runner and must be launched by an "
+                "httk-workflow task manager (use --describe to list its steps)\n"
+            )
+            return 2
         attempt = Attempt.initialize(steps=self.steps)
         record_runner_steps(attempt.payload, self._workflow, self.steps, durable=attempt.context.durable)
         self._dispatch(attempt)

@@ -241,7 +241,12 @@ def cmd_template_render(session: Session, args: list[str]) -> int:
     if values.lstrip().startswith("{"):
         values = json_object_arg(values, "template values")
     output = args[2] if len(args) == 3 and args[2] != "-" else None
-    rendered = render_template(args[0], values, output)
+    try:
+        rendered = render_template(args[0], values, output)
+    except KeyError as error:
+        # A placeholder without a value is the legitimately absent answer (status 1), as documented.
+        sys.stderr.write(f"httk_template_render: {error.args[0] if error.args else error}\n")
+        raise Absent(str(error)) from None
     if output is None:
         session.out.write(rendered)
     return EXIT_OK

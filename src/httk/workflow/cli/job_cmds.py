@@ -141,7 +141,7 @@ def _show_text(report: dict[str, Any]) -> None:
         ("workflow", report["workflow"]),
         (
             "runner",
-            f"{runner.get('source')}:{runner.get('path')} sha256={runner.get('sha256')}" if runner else None,
+            f"{runner.get('source')}:{runner.get('path')} sha256={runner.get('sha256') or '-'}" if runner else None,
         ),
         ("step", report["step"]),
         ("initial step", report["initial_step"]),

@@ -91,7 +91,8 @@ def decide(outcome: Outcome, frame: StateFrame, spec: JobSpec, ids: Ids) -> Deci
         verdict = budgets.can_advance(policy, counters)
         if not verdict.allowed:
             failure = Failure(verdict.failure_code or "activations_exhausted", verdict.reason)
-            return Decision(Event.COMMIT_FAIL, released(failure=failure.to_json(), **base), verdict.reason)
+            return Decision(Event.COMMIT_FAIL, released(failure=failure.to_json(), reason=verdict.reason, **base),
+                            verdict.reason)
         changes = new_activation(frame, ids, outcome.step, join=None, failure=None, reason=None, **base)
         if outcome.priority is not None:
             changes["priority"] = outcome.priority
@@ -113,7 +114,9 @@ def decide(outcome: Outcome, frame: StateFrame, spec: JobSpec, ids: Ids) -> Deci
         failure = Failure(verdict.failure_code or budgets.ATTEMPTS_EXHAUSTED, f"retry refused: {verdict.reason}")
     elif verdict.failure_code:
         failure = attrs.evolve(failure, details={**failure.details, "budget": verdict.reason})
-    return Decision(Event.COMMIT_FAIL, released(failure=failure.to_json(), **base), f"failed: {failure.code}")
+    reason = verdict.reason if verdict.failure_code else None
+    return Decision(Event.COMMIT_FAIL, released(failure=failure.to_json(), reason=reason, **base),
+                    f"failed: {failure.code}")
 
 
 def _join_children(outcome: Outcome) -> list[dict[str, Any]]:

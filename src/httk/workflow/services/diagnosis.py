@@ -94,7 +94,9 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
             else:
                 accepting.append(manager["manager_id"])
         if not live:
-            summary = "ready; no manager is live: start one with 'httk workflow run'"
+            flags = f" --pool {spec.pool}" if spec.pool != "default" else ""
+            flags += "".join(f" --capability {capability}" for capability in spec.capabilities)
+            summary = f"ready; no manager is live: start one with 'httk workflow run{flags}'"
         elif accepting:
             summary = f"ready; accepted by live manager(s) {', '.join(accepting)}: it runs when a worker is free"
         else:

@@ -22,6 +22,8 @@ OUTCOME_FORMAT = "httk-workflow-outcome"
 ACTIONS = ("advance", "wait", "succeed", "fail", "retry", "pause")
 #: Failures the manager itself records for an attempt that ended without an outcome.
 UNCLEAN_CODES = frozenset({"runner_error", "runner_exit"})
+#: The exit status of a runner its launcher could not start (spec 002: 125).
+LAUNCH_FAILED = 125
 
 
 @attrs.frozen
@@ -69,22 +71,49 @@ def _synthesize(fs: Filesystem, control: str, returncode: int | None) -> Outcome
         message = f"{error.get('exception', 'error')}: {error.get('message', '')}".strip()
         details = {key: error[key] for key in ("step", "exception", "file", "line", "command") if key in error}
         details["returncode"] = returncode
+        tail = stderr_tail(fs, control)
+        if tail and error.get("file"):  # Bash: the refusal that killed the handler is on stderr
+            details["stderr"] = tail
+            message = f"{message}; stderr: {tail}"
         return Outcome(
             "fail",
             failure=Failure("runner_error", f"the step raised {message}", details, retryable=True),
             published=False,
         )
+    tail = stderr_tail(fs, control)
+    said = f"; stderr: {tail}" if tail else ""
     if returncode == 0:
-        return _protocol_error("the runner exited 0 without publishing an outcome")
+        return _protocol_error(f"the runner exited 0 without publishing an outcome{said}")
+    if returncode == LAUNCH_FAILED:
+        # The launcher's own status: the runner could not be started at all, and retrying changes nothing.
+        return Outcome(
+            "fail",
+            failure=Failure("runner_unavailable", f"the runner could not be started (status 125){said}",
+                            {"returncode": returncode, "stderr": tail}),
+            published=False,
+        )
     if returncode is not None and returncode < 0:
-        message = f"the runner was killed by signal {-returncode} without publishing an outcome"
+        message = f"the runner was killed by signal {-returncode} without publishing an outcome{said}"
     else:
-        message = f"the runner exited with status {returncode} without publishing an outcome"
+        message = f"the runner exited with status {returncode} without publishing an outcome{said}"
     return Outcome(
         "fail",
-        failure=Failure("runner_exit", message, {"returncode": returncode}, retryable=True),
+        failure=Failure("runner_exit", message, {"returncode": returncode, "stderr": tail}, retryable=True),
         published=False,
     )
+
+
+def stderr_tail(fs: Filesystem, control: str, limit: int = 400) -> str:
+    """The last non-empty lines of an attempt's stderr.log (at most ``limit`` characters), for the failure."""
+    path = f"{control}/stderr.log"
+    info = fs.lstat(path)
+    if info is None or not info.size:
+        return ""
+    start = max(0, info.size - 4096)
+    text = fs.read_range(path, start, 4096).decode("utf-8", "replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    tail = " | ".join(lines[-3:])
+    return tail[-limit:]
 
 
 def _parse_ready(fs: Filesystem, ready: str) -> Outcome:

@@ -38,11 +38,31 @@ def _runner_finding(handle: WorkspaceHandle, payload: str, spec: Any, search_pat
     for candidate in candidates:
         if fs.lstat(candidate) is None:
             continue
+        problem = _not_startable(fs, candidate)
+        if problem:
+            return {"status": "broken", "message": f"{source} runner {path!r}: {problem}"}
         if pinned is not None and fs_digest(fs, candidate) != pinned:
             return {"status": "broken", "message": f"{source} runner {path!r} at {candidate} does not match its pinned "
                     "sha256 (runner_mismatch at attempt start)"}
         return {"status": "ok", "message": f"{source} runner {path!r} resolves to {candidate}"}
     return {"status": "broken", "message": f"{source} runner {path!r} not found (runner_unavailable at attempt start)"}
+
+
+def _not_startable(fs: Any, path: str) -> str | None:
+    """Why the manager could not start this runner file, or ``None``.
+
+    ``.py`` runs under the manager's Python and ``.sh``/``.bash`` under bash; anything else
+    is executed directly and needs its execute bit and a ``#!`` line (or to be a binary).
+    """
+    info = fs.lstat(path)
+    if info is None or info.is_dir or path.endswith((".py", ".sh", ".bash")):
+        return None
+    if not info.mode & 0o111:
+        return "not executable (chmod +x it, or name it .py/.sh)"
+    head = fs.read_range(path, 0, 4)
+    if not head.startswith(b"#!") and head != b"\x7fELF":
+        return "has no '#!' interpreter line"
+    return None
 
 
 def precheck(handle: WorkspaceHandle, *, search_paths: Sequence[str] = ()) -> dict[str, Any]:

@@ -57,6 +57,10 @@ def publish_request(
     if action == "override_step":
         if not step:
             raise RequestError("override_step needs --step STEP")
+        if (view.marker.kind, Event.OPERATOR_OVERRIDE_STEP) not in TRANSITIONS:
+            raise RequestError(
+                f"the step of a {view.marker.kind.value} job cannot be overridden; pause it (or let it finish) first"
+            )
         try:
             check_step(step)
         except ValidationError as error:
