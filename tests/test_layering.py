@@ -24,7 +24,10 @@ IO_MODULES = {
 AMBIENT = {"time", "subprocess", "socket"}
 #: Runner-side modules execute inside runner processes, outside the composition root
 #: (and so does the whole ``vasp`` package).
-RUNNER_SIDE = {"sdk", "runtime", "outcome", "supervision", "runtime_utils", "fileio", "shell_bridge", "protocol"}
+RUNNER_SIDE = {
+    "sdk", "runtime", "outcome", "supervision", "supervision_parts", "runtime_utils", "fileio", "shell_bridge",
+    "shell_attempt", "protocol",
+}
 
 
 def modules() -> list[tuple[str, Path]]:

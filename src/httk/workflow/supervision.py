@@ -36,11 +36,20 @@ import attrs
 
 from httk.workflow import codec
 from httk.workflow.fileio import atomic_write, durable_from_env
+from httk.workflow.supervision_parts import (
+    FORMAT_VERSION,
+    Checker,
+    Follower,
+    Lines,
+    exited,
+    forward,
+    group_alive,
+    parse_result,
+    signal_group,
+)
 
 EVENT_FORMAT = "httk-workflow-checker-event"
-RESULT_FORMAT = "httk-workflow-checker-result"
 REPORT_FORMAT = "httk-workflow-process-report"
-FORMAT_VERSION = 1
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_TIMEOUT, EXIT_STOPPED = 0, 22, 124, 125
 
@@ -48,8 +57,6 @@ CHECKER_CLOSE_TIMEOUT = 5.0
 """Seconds a checker may go without reading its remaining events, or without exiting once they are read."""
 
 _READ_SIZE = 1 << 16
-_FOLLOW_CHUNK = 1 << 22
-_MAX_LINE = 1 << 20  # a longer "line" is cut, so a newline-free stream cannot grow a buffer forever
 _MAX_PENDING = 64 << 20  # events queued for a checker that does not read them
 _MAX_RESULTS = 1000  # recorded results per checker; the rest are only counted
 
@@ -76,75 +83,6 @@ def _argv(value: Sequence[str | os.PathLike[str]], what: str) -> tuple[str, ...]
     if not argv:
         raise ValueError(f"{what} is empty")
     return argv
-
-
-class _Lines:
-    """Split a byte stream into text lines (UTF-8, invalid bytes replaced, line ending stripped)."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-
-    def feed(self, data: bytes) -> list[str]:
-        self.buffer += data
-        lines = []
-        while (index := self.buffer.find(b"\n")) >= 0 or len(self.buffer) >= _MAX_LINE:
-            end = index if 0 <= index < _MAX_LINE else _MAX_LINE
-            lines.append(self.buffer[:end].decode("utf-8", "replace").rstrip("\r"))
-            del self.buffer[: end + 1 if end == index else end]
-        return lines
-
-    def flush(self) -> list[str]:
-        lines = [self.buffer.decode("utf-8", "replace").rstrip("\r")] if self.buffer else []
-        self.buffer.clear()
-        return lines
-
-
-class _Follower:
-    """Tail of one followed file: new bytes since the run started, or all of it if created later."""
-
-    def __init__(self, name: str, path: Path) -> None:
-        self.name, self.path, self.lines = name, path, _Lines()
-        self.identity: tuple[int, int] | None = None
-        self.offset = 0
-        with contextlib.suppress(OSError):
-            stat = path.stat()
-            self.identity, self.offset = (stat.st_dev, stat.st_ino), stat.st_size
-
-    def poll(self) -> tuple[bool, list[str]]:
-        """(whether the file grew, the complete new lines)."""
-        try:
-            with open(self.path, "rb") as handle:
-                stat = os.fstat(handle.fileno())
-                lines: list[str] = []
-                if (stat.st_dev, stat.st_ino) != self.identity or stat.st_size < self.offset:
-                    # Replaced or truncated (a restarted program): everything in it is new.
-                    lines, self.identity, self.offset = self.lines.flush(), (stat.st_dev, stat.st_ino), 0
-                if stat.st_size <= self.offset:
-                    return False, lines
-                handle.seek(self.offset)
-                data = handle.read(_FOLLOW_CHUNK)
-        except OSError:
-            return False, []
-        self.offset += len(data)
-        return bool(data), lines + self.lines.feed(data)
-
-
-class _Checker:
-    """One running checker: its pipes, the events not yet written, and the results read back."""
-
-    def __init__(self, name: str, argv: tuple[str, ...], process: subprocess.Popen[bytes]) -> None:
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-        self.name, self.argv, self.process = name, argv, process
-        self.stdin, self.stdout, self.stderr = process.stdin, process.stdout, process.stderr
-        os.set_blocking(self.stdin.fileno(), False)
-        self.pending = bytearray()
-        self.lines = _Lines()
-        self.stderr_tail = bytearray()
-        self.results: list[dict[str, Any]] = []
-        self.continued = self.dropped = 0
-        self.writing = self.broken = self.closing = False
-        self.stdout_open = self.stderr_open = self.stdin_open = True
-        self.exit_seen = False
 
 
 class ProcessSupervisor:
@@ -206,11 +144,11 @@ class _Session:
     def __init__(self, config: ProcessSupervisor) -> None:
         self.config = config
         self.selector = selectors.DefaultSelector()
-        self.followers = [_Follower(name, config.cwd / name) for name in config.follow]
-        self.checkers: list[_Checker] = []
+        self.followers = [Follower(name, config.cwd / name) for name in config.follow]
+        self.checkers: list[Checker] = []
         self.process: subprocess.Popen[bytes] | None = None
         self.sinks: dict[str, Any] = {}
-        self.splitters = {"stdout": _Lines(), "stderr": _Lines()}
+        self.splitters = {"stdout": Lines(), "stderr": Lines()}
         self.errors: list[dict[str, str]] = []
         self.stopped_by: str | None = None
         self.stop: dict[str, Any] | None = None
@@ -249,7 +187,7 @@ class _Session:
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 cwd=self.config.cwd, env=self.config.env, start_new_session=True, bufsize=0,
             )
-            checker = _Checker(name, argv, process)
+            checker = Checker(name, argv, process)
             self.checkers.append(checker)
             self.selector.register(checker.stdout, selectors.EVENT_READ, ("result", checker))
             self.selector.register(checker.stderr, selectors.EVENT_READ, ("complaint", checker))
@@ -290,18 +228,18 @@ class _Session:
                 self._poll_followers()
             self._check_checkers()
             if not self.leader_exited:
-                if _exited(process.pid):
+                if exited(process.pid):
                     self.leader_exited = True
-                    if self.term_at is None and _group_alive(process.pid):
+                    if self.term_at is None and group_alive(process.pid):
                         self.stray = True
                         self._terminate()
                 elif self.stopped_by is None:
                     self._watch(now)
-            alive = not self.leader_exited or _group_alive(process.pid)
+            alive = not self.leader_exited or group_alive(process.pid)
             overdue = self.term_at is not None and now >= self.term_at + config.kill_grace
             if alive and overdue and not self.killed:
                 self.killed = True
-                _signal_group(process.pid, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
             pipes_open = any(key.data[0] in self.splitters for key in self.selector.get_map().values())
             if self.leader_exited and not alive and not pipes_open:
                 return
@@ -354,7 +292,7 @@ class _Session:
             sink.write(data)
             sink.flush()
         else:
-            _forward(1 if source == "stdout" else 2, data)
+            forward(1 if source == "stdout" else 2, data)
         self.last_activity = time.monotonic()
         for line in self.splitters[source].feed(data):
             self._event(source, line)
@@ -394,7 +332,7 @@ class _Session:
         assert self.process is not None
         if self.term_at is None:
             self.term_at = time.monotonic()
-            _signal_group(self.process.pid, signal.SIGTERM)
+            signal_group(self.process.pid, signal.SIGTERM)
 
     def _cleanup(self) -> None:
         """Make sure nothing started here survives, whatever ended the run."""
@@ -403,13 +341,13 @@ class _Session:
         self.cleaned = True
         process = self.process
         if process is not None and process.returncode is None:
-            if not self.leader_exited or _group_alive(process.pid):
-                _signal_group(process.pid, signal.SIGKILL)
+            if not self.leader_exited or group_alive(process.pid):
+                signal_group(process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.returncode = process.wait(timeout=max(self.config.kill_grace, 1.0))
         for checker in self.checkers:
             if checker.process.poll() is None:
-                _signal_group(checker.process.pid, signal.SIGKILL)
+                signal_group(checker.process.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     checker.process.wait(timeout=1.0)
         for key in list(self.selector.get_map().values()):
@@ -433,7 +371,7 @@ class _Session:
                 if len(checker.pending) > _MAX_PENDING:
                     self._checker_error(checker, f"fell more than {_MAX_PENDING} bytes of events behind")
 
-    def _sync_writer(self, checker: _Checker) -> None:
+    def _sync_writer(self, checker: Checker) -> None:
         if not checker.stdin_open:
             return
         if checker.broken:
@@ -449,7 +387,7 @@ class _Session:
             checker.stdin_open = False
             checker.stdin.close()
 
-    def _write(self, checker: _Checker) -> None:
+    def _write(self, checker: Checker) -> None:
         try:
             written = os.write(checker.stdin.fileno(), checker.pending[:_READ_SIZE])
         except BlockingIOError:
@@ -464,11 +402,11 @@ class _Session:
         del checker.pending[:written]
         self.fed += written
 
-    def _results(self, checker: _Checker, lines: list[str]) -> None:
+    def _results(self, checker: Checker, lines: list[str]) -> None:
         for line in lines:
             if checker.broken or not line.strip():  # a broken checker's later output is not evidence
                 continue
-            problem, result = _parse_result(line)
+            problem, result = parse_result(line)
             if problem is not None:
                 self._checker_error(checker, f"{problem}: {line[:200]!r}")
                 continue
@@ -483,7 +421,7 @@ class _Session:
             else:
                 checker.dropped += 1
 
-    def _checker_error(self, checker: _Checker, message: str) -> None:
+    def _checker_error(self, checker: Checker, message: str) -> None:
         if checker.broken:
             return  # its first error is the one that explains the stop
         self.errors.append({"source": f"checker:{checker.name}", "message": message})
@@ -558,66 +496,3 @@ class _Session:
             stopped_by=self.stopped_by, status=status, exit_class=exit_class, duration=duration,
             report=report,
         )
-
-
-def _parse_result(line: str) -> tuple[str | None, dict[str, Any] | None]:
-    """(problem, result) for one checker output line; exactly one is ``None``."""
-    try:
-        value = codec.decode_object(line.encode("utf-8"), "checker result")
-    except codec.DocumentError as error:
-        return error.problem, None
-    if value.get("format") != RESULT_FORMAT or value.get("format_version") != FORMAT_VERSION:
-        return f"not an {RESULT_FORMAT} version {FORMAT_VERSION} line", None
-    unknown = sorted(set(value) - {"format", "format_version", "action", "reason", "diagnosis"})
-    if unknown:
-        return f"unknown member {unknown[0]!r}", None
-    if value.get("action") not in ("continue", "stop"):
-        return f"action must be 'continue' or 'stop', got {value.get('action')!r}", None
-    reason, diagnosis = value.get("reason", ""), value.get("diagnosis", {})
-    if not isinstance(reason, str) or not isinstance(diagnosis, dict):
-        return "reason must be a string and diagnosis an object", None
-    return None, {"action": value["action"], "reason": reason, "diagnosis": diagnosis}
-
-
-def _exited(pid: int) -> bool:
-    """Whether our child ``pid`` has exited, without reaping it (its pid keeps the group id ours)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a non-zombie process of group ``pgid`` remains (zombies cannot run or write)."""
-    try:
-        pids = [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return False
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                raw = handle.read()
-        except OSError:
-            continue
-        # comm may contain spaces and ')': the fields resume after the last ')'.
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    if pgid <= 1 or pgid == os.getpgrp():
-        raise ValueError(f"refusing to signal process group {pgid}")
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _forward(fd: int, data: bytes) -> None:
-    """Copy output to our own stdout/stderr, the destination when no file was named."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except OSError:
-            return  # our own stream is gone; the checkers still saw the line
