@@ -3,7 +3,13 @@
 - ``domain/`` is pure: stdlib modules without I/O, plus attrs, plus itself.
 - ``services/`` never imports adapters, the CLI, the composition root, or I/O modules.
 - ``dependency_injector`` appears only in ``bootstrap``, ``cli/`` and ``testing``.
-- ``time``, ``subprocess`` and ``socket`` appear only in adapters and the runner-side SDK.
+- ``time``, ``subprocess`` and ``socket`` appear only in adapters (and the CLI); a runner-side
+  module may import ``subprocess`` only where it starts the program a step asked for.
+- Publication and process-group primitives (``os.rename``/``replace``/``link``/``fsync``,
+  ``os.killpg``/``waitid``, ``/proc``) appear only in adapters: the runner side publishes
+  through ``PosixFilesystem`` and signals through ``adapters/process_groups`` like the manager.
+- Adapters are named only by the composition roots: ``bootstrap`` for the manager, and the
+  runner-side entry points that build their own (a runner process has no container).
 """
 
 from __future__ import annotations
@@ -22,12 +28,18 @@ IO_MODULES = {
     "secrets", "datetime", "logging", "sys", "importlib", "ctypes", "platform", "getpass", "pwd",
 }
 AMBIENT = {"time", "subprocess", "socket"}
-#: Runner-side modules execute inside runner processes, outside the composition root
-#: (and so does the whole ``vasp`` package).
-RUNNER_SIDE = {
-    "sdk", "runtime", "outcome", "supervision", "supervision_parts", "runtime_utils", "fileio", "shell_bridge",
-    "shell_attempt", "protocol",
+#: The ambient imports runner-side modules still need, each for a program the step asked to run
+#: with pipes, its own session and inherited stdio (the manager's gated launch is another thing).
+RUNNER_AMBIENT = {
+    "runtime": {"subprocess"},  # Attempt.run
+    "supervision": {"subprocess"},  # ProcessSupervisor: the program and its checkers on pipes
+    "vasp.potcar": {"subprocess"},  # the configured POTCAR generator
 }
+#: Runner-side modules that build the adapters they publish, time and signal through: a runner
+#: process runs outside the manager's composition root.
+RUNNER_ROOTS = {"sdk", "runtime", "outcome", "protocol", "supervision", "runtime_utils", "vasp._io"}
+#: ``os`` calls that publish, sync or signal: the risky code the adapters hold once.
+PRIMITIVES = {"rename", "renames", "replace", "link", "fsync", "fdatasync", "killpg", "waitid"}
 
 
 def modules() -> list[tuple[str, Path]]:
@@ -109,18 +121,44 @@ def test_dependency_injector_only_at_the_root(name: str, path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "path"), ALL, ids=lambda v: str(v))
 def test_ambient_modules_only_in_adapters(name: str, path: Path) -> None:
-    if name.startswith(("adapters.", "cli.", "vasp.")) or name in RUNNER_SIDE:
+    if name.startswith(("adapters.", "cli.")):
         return
+    allowed = RUNNER_AMBIENT.get(name, set())
     for module in imports_of(path, name):
-        assert module.split(".")[0] not in AMBIENT, f"{name} imports {module}; time and processes come through ports"
+        top = module.split(".")[0]
+        assert top not in AMBIENT - allowed, f"{name} imports {module}; time and processes come through adapters"
+
+
+def primitives_of(path: Path) -> list[str]:
+    """The ``os`` publication/signal calls and ``/proc`` paths one file spells, as ``line: what``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os":
+            if node.attr in PRIMITIVES:
+                found.append(f"{node.lineno}: os.{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("/proc"):
+            found.append(f"{node.lineno}: {node.value!r}")
+    return sorted(found, key=lambda item: int(item.split(":")[0]))
+
+
+@pytest.mark.parametrize(("name", "path"), ALL, ids=lambda v: str(v))
+def test_publication_and_signal_primitives_only_in_adapters(name: str, path: Path) -> None:
+    if name.startswith("adapters."):
+        return
+    assert primitives_of(path) == [], f"{name} publishes or signals by hand; use the filesystem or process adapters"
 
 
 def test_adapter_classes_named_only_at_the_root() -> None:
     for name, path in ALL:
-        if name.startswith(("adapters.", "vasp.")) or name in ("bootstrap",) or name in RUNNER_SIDE:
+        if name.startswith("adapters.") or name == "bootstrap" or name in RUNNER_ROOTS:
             continue
         for module in imports_of(path, name):
             assert not module.startswith("httk.workflow.adapters"), f"{name} imports {module}"
+
+
+def test_the_runner_side_lists_name_real_modules() -> None:
+    names = set(_ids())
+    assert set(RUNNER_AMBIENT) | RUNNER_ROOTS <= names
 
 
 def test_the_layering_scan_can_fail(tmp_path: Path) -> None:
@@ -128,3 +166,13 @@ def test_the_layering_scan_can_fail(tmp_path: Path) -> None:
     bad.write_text("import os\nfrom ..adapters import fs_posix\n", encoding="utf-8")
     found = imports_of(bad, "services.bad")
     assert "os" in found and "httk.workflow.adapters" in found
+
+
+def test_the_primitive_scan_can_fail(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import os\nos.replace('a', 'b')\nos.fsync(3)\nos.killpg(9, 0)\nopen(f'/proc/{1}/stat')\n"
+        "os.listdir('/proc')\nos.path.join('a')\n",
+        encoding="utf-8",
+    )
+    assert primitives_of(bad) == ["2: os.replace", "3: os.fsync", "4: os.killpg", "5: '/proc/'", "6: '/proc'"]

@@ -79,3 +79,25 @@ def test_run_without_workspace_uses_the_default(tmp_path):
 def test_run_refuses_a_bad_placement_prefix(workspace, tmp_path):
     done = run([script("httk"), "workflow", "run", workspace, "--placement-prefix", "../x"], tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error: invalid placement")
+
+
+def test_run_takes_the_worker_count_from_manager_workers_unless_given(cli, workspace, tmp_path):
+    # Spec 000 "Application settings": manager.workers supplies the default worker count.
+    cli("workspace", "settings", "set", workspace, "manager.workers", "3")
+    done = run([script("httk"), "workflow", "run", workspace, "--idle-timeout", "60"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].endswith("; workers 3")
+    explicit = run([script("httk"), "workflow", "run", workspace, "--workers", "2", "--idle-timeout", "60"], tmp_path)
+    assert explicit.returncode == 0, explicit.stderr
+    assert explicit.stdout.splitlines()[0].endswith("; workers 2")
+
+
+def test_run_refuses_a_bad_manager_workers_before_starting(workspace, tmp_path):
+    # Written by hand (settings set refuses it): the run refuses it too, and starts nothing.
+    settings = Path(workspace, ".httk-workflow", "settings.json")
+    settings.write_text('{"manager.workers":0}\n')
+    before = sorted(str(path) for path in Path(workspace).rglob("*"))
+    done = run([script("httk"), "workflow", "run", workspace], tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == "error: setting manager.workers must be a positive integer, not 0\n"
+    assert sorted(str(path) for path in Path(workspace).rglob("*")) == before

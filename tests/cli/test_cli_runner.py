@@ -56,3 +56,15 @@ def test_publish_a_runner_directory(cli, workspace, tmp_path):
 def test_publish_refuses_a_missing_source(cli, workspace, tmp_path):
     result = cli("runner", "publish", str(tmp_path / "nope.py"), "--workspace", workspace, code=2)
     assert result.stderr.startswith("error: ") and "nope.py" in result.stderr
+
+
+def test_publish_refuses_control_characters_in_the_name_and_writes_nothing(cli, workspace, tmp_path):
+    runner = tmp_path / "relax.py"
+    runner.write_text("print('relax')\n")
+    store = Path(workspace) / ".httk-workflow" / "runners"
+    before = sorted(store.rglob("*")) if store.exists() else []
+    for name in ("relax\n.py", "a/b\x1bc", "tab\there"):
+        result = cli("runner", "publish", str(runner), "--workspace", workspace, "--name", name, code=2)
+        assert result.stderr.startswith("error: ") and "control character" in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert (sorted(store.rglob("*")) if store.exists() else []) == before

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from httk.workflow.adapters.fs_posix import PosixFilesystem
-from httk.workflow.ports import Filesystem
+from httk.workflow.ports import DOCUMENT_LIMIT, DocumentTooLarge, Filesystem, NotRegularFile
 from httk.workflow.testing import InMemoryFilesystem
 
 MEMORY_ROOT = "/fake/root"
@@ -175,6 +175,62 @@ def test_read_range(env):
     assert fs.read_range(path, 10, 4) == b""
     with pytest.raises(FileNotFoundError):
         fs.read_range(f"{root}/missing", 0, 1)
+
+
+def make_fifo(fs, path):
+    if isinstance(fs, InMemoryFilesystem):
+        fs.mkfifo(path)
+    else:
+        os.mkfifo(path)
+
+
+def test_read_document_reads_a_regular_file(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/doc.json", b"{}\n", durable=False)
+    assert fs.read_document(f"{root}/doc.json") == b"{}\n"
+    fs.create_empty(f"{root}/empty", durable=False)
+    assert fs.read_document(f"{root}/empty") == b""
+    with pytest.raises(FileNotFoundError):
+        fs.read_document(f"{root}/missing.json")
+
+
+def test_read_document_refuses_a_directory_a_symlink_and_a_fifo(env):
+    fs, root = env
+    fs.makedirs(f"{root}/dir.json")
+    fs.write_atomic(f"{root}/target.json", b"{}", durable=False)
+    make_symlink(fs, "target.json", f"{root}/link.json")
+    make_fifo(fs, f"{root}/fifo.json")
+    for name, word in (("dir.json", "a directory"), ("link.json", "a symbolic link"), ("fifo.json", "a FIFO")):
+        with pytest.raises(NotRegularFile, match=word) as caught:
+            fs.read_document(f"{root}/{name}")
+        assert isinstance(caught.value, OSError)  # contained wherever a failed read is
+        assert str(caught.value) == f"{root}/{name} is {word}, not a regular file"
+    # A symlink in an intermediate component is followed: only the document's own name must be regular.
+    make_symlink(fs, root, f"{root}/via")
+    assert fs.read_document(f"{root}/via/target.json") == b"{}"
+
+
+def test_read_document_bounds_the_size(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/big", b"x" * 11, durable=False)
+    assert fs.read_document(f"{root}/big", limit=11) == b"x" * 11
+    with pytest.raises(DocumentTooLarge, match="11 bytes, more than the 10-byte bound"):
+        fs.read_document(f"{root}/big", limit=10)
+    assert fs.read_document(f"{root}/big", limit=None) == b"x" * 11
+    assert DOCUMENT_LIMIT == 16 * 1024 * 1024
+
+
+def test_read_range_refuses_what_is_not_a_regular_file_and_caps_the_length(env):
+    fs, root = env
+    fs.makedirs(f"{root}/dir")
+    make_fifo(fs, f"{root}/fifo")
+    for name in ("dir", "fifo"):
+        with pytest.raises(NotRegularFile):
+            fs.read_range(f"{root}/{name}", 0, 1)
+    fs.write_atomic(f"{root}/small", b"abc", durable=False)
+    # Lengths and offsets far beyond the file (a damaged record reference) read nothing, never allocate.
+    assert fs.read_range(f"{root}/small", 1, 2**40) == b"bc"
+    assert fs.read_range(f"{root}/small", 2**70, 2**40) == b""
 
 
 def test_scandir_kinds(env):
@@ -367,3 +423,15 @@ def test_concurrent_renames_of_one_source_have_exactly_one_winner(env):
     assert sorted(results) == ["lost"] * 7 + ["won"]
     assert len(names(fs, f"{root}/r")) == 1
     assert names(fs, f"{root}/q") == []
+
+
+def test_symlink_creates_a_link_and_never_replaces_a_name(env):
+    # The port's symlink rebuilds a transferred job's links at the far end of a transport.
+    fs, root = env
+    fs.write_atomic(f"{root}/l/target.txt", b"x", durable=False)
+    fs.symlink("target.txt", f"{root}/l/link")
+    info = fs.lstat(f"{root}/l/link")
+    assert info is not None and info.is_symlink and fs.readlink(f"{root}/l/link") == "target.txt"
+    with pytest.raises(FileExistsError):
+        fs.symlink("elsewhere", f"{root}/l/link")
+    assert fs.readlink(f"{root}/l/link") == "target.txt"

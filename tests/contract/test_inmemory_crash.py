@@ -258,3 +258,26 @@ def test_syncing_either_directory_makes_a_whole_rename_durable(fs):
     for synced in ("queued", "running"):
         assert not fs.exists(f"{ROOT}/{synced}-case/queued/job")
         assert fs.exists(f"{ROOT}/{synced}-case/running/job")
+
+
+def test_a_blocking_read_of_a_fifo_is_a_simulated_hang():
+    from httk.workflow.ports import NotRegularFile
+    from httk.workflow.testing import SimulatedHang
+
+    fs = InMemoryFilesystem()
+    fs.makedirs("/w")
+    fs.mkfifo("/w/fifo")
+    info = fs.lstat("/w/fifo")
+    assert not (info.is_file or info.is_dir or info.is_symlink)
+    [entry] = fs.scandir("/w")
+    assert not (entry.is_file or entry.is_dir or entry.is_symlink)
+    # Not an Exception: no handler that contains ordinary errors can hide a reader that would hang.
+    with pytest.raises(SimulatedHang):
+        fs.read_bytes("/w/fifo")
+    assert not isinstance(SimulatedHang("x"), Exception)
+    with pytest.raises(NotRegularFile):
+        fs.read_document("/w/fifo")
+    fs.copy_tree("/w", "/copy", durable=False)
+    assert not fs.lstat("/copy/fifo").is_file
+    fs.remove("/w/fifo")
+    assert fs.lstat("/w/fifo") is None

@@ -160,3 +160,41 @@ def test_system_clock():
     first = clock.monotonic()
     clock.sleep(0.001)
     assert clock.monotonic() > first
+
+
+def test_read_document_refuses_a_socket_and_a_device(tmp_path):
+    import socket
+    import tempfile
+
+    from httk.workflow.ports import NotRegularFile
+
+    fs = PosixFilesystem()
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # a socket path must be short
+        path = os.path.join(short, "s.json")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.bind(path)
+            with pytest.raises(NotRegularFile, match="a socket"):
+                fs.read_document(path)
+        finally:
+            server.close()
+    with pytest.raises(NotRegularFile, match="a character device"):
+        fs.read_document("/dev/zero")
+    with pytest.raises(NotRegularFile, match="a character device"):
+        fs.read_range("/dev/zero", 0, 1 << 30)
+
+
+def test_read_document_of_a_fifo_with_a_writer_does_not_block(tmp_path):
+    from httk.workflow.ports import NotRegularFile
+
+    path = tmp_path / "outcome.json"
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer's open succeed
+    writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(writer, b"{}")
+        with pytest.raises(NotRegularFile, match="a FIFO"):
+            PosixFilesystem().read_document(str(path))
+    finally:
+        os.close(writer)
+        os.close(reader)

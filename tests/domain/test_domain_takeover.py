@@ -53,13 +53,32 @@ ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("claim-expired-other-host", {"kind": CLAIMED, **FAR}, "release claim_expired info"),
     ("committing", {"kind": COMMITTING, **FAR}, "finish owner_expired info"),
     ("cancelling", {"kind": CANCELLING}, "finish owner_expired info"),
-    ("published", {"outcome_published": True, "process_alive": True}, "finish outcome_published info"),
-    ("published-other-host", {"outcome_published": True, **FAR}, "finish outcome_published info"),
+    ("cancelling-other-host", {"kind": CANCELLING, **FAR}, "leave cancel_other_host warning"),
+    ("cancelling-never-launched", {"kind": CANCELLING, "process_recorded": False, **FAR},
+     "finish owner_expired info"),
+    # An outcome is committed once nothing of its attempt runs: a live group here is stopped first.
+    ("published", {"outcome_published": True, "process_alive": False}, "finish outcome_published info"),
+    ("published-alive", {"outcome_published": True, "process_alive": True},
+     "stop_then_finish outcome_published_stop info"),
+    ("published-alive-isolated", {"outcome_published": True, "process_alive": True, "workdir_mode": "isolated"},
+     "stop_then_finish outcome_published_stop info"),
+    ("published-other-host", {"outcome_published": True, **FAR}, "leave persistent_other_host info"),
+    ("published-alive-other-host", {"outcome_published": True, "process_alive": True, **FAR},
+     "leave persistent_other_host info"),
+    ("published-no-identity", {"outcome_published": True}, "leave persistent_other_host info"),
+    ("published-other-host-unsafe", {"outcome_published": True, "unsafe_persistent": True, **FAR},
+     "finish unsafe_persistent_takeover warning"),
+    ("published-other-host-isolated", {"outcome_published": True, **ISO}, "finish outcome_published info"),
     ("gone-persistent", {"process_alive": False}, "relaunch process_gone info"),
     ("gone-isolated", {"process_alive": False, "workdir_mode": "isolated"}, "relaunch process_gone info"),
     ("alive-persistent", {"process_alive": True}, "adopt process_alive info"),
-    ("alive-isolated", {"process_alive": True, "workdir_mode": "isolated", "heartbeat_age": 1e6},
+    ("alive-isolated-in-grace", {"process_alive": True, "workdir_mode": "isolated", "heartbeat_age": 119.9},
      "adopt process_alive info"),
+    # The isolated row of the spec table: silence for the grace admits a second attempt, live process or not.
+    ("alive-isolated-past-grace", {"process_alive": True, "workdir_mode": "isolated", "heartbeat_age": 120.0},
+     "relaunch heartbeat_silent info"),
+    ("alive-isolated-unsafe", {"process_alive": True, "workdir_mode": "isolated", "unsafe_isolated": True},
+     "relaunch unsafe_isolated_takeover warning"),
     ("alive-beats-unsafe", {"process_alive": True, "unsafe_persistent": True}, "adopt process_alive info"),
     # A liveness answer about another host's pid proves nothing here.
     ("gone-from-other-host", {"process_alive": False, **FAR}, "leave persistent_other_host info"),
@@ -156,6 +175,9 @@ observations = st.builds(
     grace_factor=st.floats(1, 5),
     unsafe_persistent=st.booleans(),
     unsafe_isolated=st.booleans(),
+    process_recorded=st.booleans(),
+    owner_seen_alive=st.booleans(),
+    observed_at=st.floats(0, 1e9),
 )
 
 
@@ -174,9 +196,25 @@ def test_persistent_relaunch_needs_proof_or_the_unsafe_flag(obs: TakeoverObserva
 
 
 @given(observations)
-def test_never_relaunch_a_process_alive_here(obs: TakeoverObservation) -> None:
+def test_a_process_alive_here_is_doubled_only_in_an_isolated_workdir_past_the_grace(obs: TakeoverObservation) -> None:
     if obs.process_alive is True and obs.recorded_host == obs.this_host:
-        assert decide_takeover(obs).action != TakeoverAction.RELAUNCH
+        if decide_takeover(obs).action == TakeoverAction.RELAUNCH:
+            assert obs.workdir_mode == "isolated"
+            assert obs.heartbeat_age >= obs.grace_seconds or obs.unsafe_isolated
+
+
+@given(observations)
+def test_a_published_outcome_is_committed_only_once_nothing_of_its_attempt_writes(obs: TakeoverObservation) -> None:
+    """Committing may start the next attempt: never beside a survivor here, nor in a persistent workdir elsewhere."""
+    verdict = decide_takeover(obs)
+    here = obs.recorded_host == obs.this_host
+    if obs.outcome_published and obs.kind == StateKind.RUNNING and verdict.takes_over:
+        if here and obs.process_alive is True:
+            assert verdict.action == TakeoverAction.STOP_THEN_FINISH
+        elif obs.workdir_mode == "persistent":
+            assert (here and obs.process_alive is False) or obs.unsafe_persistent
+    if verdict.action == TakeoverAction.STOP_THEN_FINISH:
+        assert obs.outcome_published and here and obs.process_alive is True
 
 
 @given(observations)
@@ -194,3 +232,89 @@ def test_adopt_and_release_only_where_they_make_sense(obs: TakeoverObservation) 
     if verdict.action == TakeoverAction.ADOPT:
         assert obs.kind == StateKind.RUNNING and obs.recorded_host == obs.this_host
     assert attrs.asdict(verdict)["evidence"]["rule"] == verdict.rule
+
+
+# -- "not before": the instant that keeps an until-idle manager awake -------------------------------------
+
+
+@given(observations)
+def test_not_before_is_the_earliest_instant_the_table_admits_a_takeover(obs: TakeoverObservation) -> None:
+    """A verdict's instant is truthful (the table admits a takeover then) and earliest (not before it)."""
+    verdict = decide_takeover(obs)
+    if verdict.takes_over:
+        assert verdict.not_before == obs.observed_at and verdict.admitted_by == verdict.rule
+        return
+    if verdict.not_before is None:
+        assert verdict.admitted_by is None
+        return
+    wait = verdict.not_before - obs.observed_at
+    assert wait >= 0
+
+    def aged(seconds: float) -> TakeoverVerdict:
+        return decide_takeover(attrs.evolve(obs, heartbeat_age=obs.heartbeat_age + seconds))
+
+    # Just after the instant the takeover is admitted, by the rule it names; just before it, not yet.
+    later = aged(wait + max(1e-6, 1e-9 * abs(obs.heartbeat_age + wait)))
+    assert later.takes_over and later.rule == verdict.admitted_by
+    if wait > 1e-6:
+        assert not aged(wait * 0.999).takes_over
+
+
+@given(observations)
+def test_a_live_owner_keeps_its_job_and_keeps_nobody_waiting(obs: TakeoverObservation) -> None:
+    if obs.owner_seen_alive and obs.heartbeat_age <= obs.lease_seconds:
+        verdict = decide_takeover(obs)
+        assert verdict.action == TakeoverAction.LEAVE and verdict.not_before is None
+        assert not verdict.awaits_takeover
+
+
+@pytest.mark.parametrize(
+    ("overrides", "wait", "rule"),
+    [
+        # The killed manager's case: lease 2 s, heartbeat 0.5 s old, nobody has seen it beat since.
+        ({"heartbeat_age": 0.5, "lease_seconds": 2.0, "process_alive": False}, 1.5, "process_gone"),
+        ({"heartbeat_age": 0.5, "lease_seconds": 2.0, "process_alive": True}, 1.5, "process_alive"),
+        ({"heartbeat_age": 0.5, "lease_seconds": 2.0, "kind": COMMITTING}, 1.5, "owner_expired"),
+        ({"heartbeat_age": 0.5, "lease_seconds": 2.0, "kind": CANCELLING}, 1.5, "owner_expired"),
+        ({"heartbeat_age": 0.5, "lease_seconds": 2.0, "kind": CLAIMED}, 1.5, "claim_expired"),
+        # Isolated and uncheckable: the grace (2 x 2 s), not the lease, admits it.
+        ({"heartbeat_age": 0.5, "lease_seconds": 2.0, **ISO}, 3.5, "heartbeat_silent"),
+        ({"heartbeat_age": 3.0, "lease_seconds": 2.0, **ISO}, 1.0, "heartbeat_silent"),
+        # Adopted in an isolated workdir: admitted now (adopt), and the relaunch follows at the grace.
+        ({"heartbeat_age": 0.5, "lease_seconds": 2.0, "process_alive": True, "workdir_mode": "isolated"},
+         1.5, "process_alive"),
+    ],
+)
+def test_not_before_of_a_silent_owner(overrides: dict[str, Any], wait: float, rule: str) -> None:
+    verdict = decide_takeover(_obs(observed_at=1000.0, **overrides))
+    assert verdict.action == TakeoverAction.LEAVE
+    assert verdict.not_before == pytest.approx(1000.0 + wait)
+    assert verdict.awaits_takeover and verdict.admitted_by == rule
+    if verdict.rule == "lease_live":
+        assert f"a takeover ({rule}) is admitted in {wait:g} s" in verdict.message
+    else:
+        assert verdict.rule == "isolated_grace" and f"relaunching in {wait:g} s" in verdict.message
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"heartbeat_age": 0.5, "lease_seconds": 2.0, "owner_seen_alive": True},
+        {"heartbeat_age": 0.5, "lease_seconds": 2.0, **FAR},  # persistent on another host: never from here
+        {"heartbeat_age": 1e6, **FAR},
+        {"heartbeat_age": 0.5, "lease_seconds": 2.0, "kind": CANCELLING, **FAR},
+        {"heartbeat_age": 1e6, "kind": CANCELLING, **FAR},
+    ],
+)
+def test_no_instant_for_what_this_manager_will_never_take_over(overrides: dict[str, Any]) -> None:
+    verdict = decide_takeover(_obs(observed_at=1000.0, **overrides))
+    assert verdict.action == TakeoverAction.LEAVE and verdict.not_before is None
+    assert not verdict.awaits_takeover
+
+
+def test_adopting_an_isolated_attempt_says_when_it_is_relaunched() -> None:
+    verdict = decide_takeover(_obs(workdir_mode="isolated", process_alive=True, heartbeat_age=100.0))
+    assert verdict.action == TakeoverAction.ADOPT and verdict.awaits_takeover
+    assert "relaunching it in 20 s" in verdict.message
+    later = decide_takeover(_obs(workdir_mode="isolated", process_alive=True, heartbeat_age=120.0))
+    assert later.action == TakeoverAction.RELAUNCH and "can no longer commit" in later.message

@@ -43,6 +43,30 @@ wait_for() {  # wait_for FILE: up to 60 s for FILE to appear in the workdir
 """
 SUCCEED = """publish '"action":"succeed"'"""
 
+#: A Python runner: ``main`` spawns one prepared child payload (its ``run.sh`` exits CHILD_EXIT) at the
+#: placement ``elsewhere``, which the tests' managers do not serve, and gathers it; ``after`` succeeds.
+SPAWNING_PARENT = """from httk.workflow import JobSpec, Runner, prepare_job_payload
+
+run = Runner("ops")
+
+
+@run.step
+def main(a):
+    child = prepare_job_payload(a.workdir / "child", JobSpec(name="child", workflow="ops", runner_path="run.sh"))
+    (child / "run.sh").write_text("exit CHILD_EXIT\\n")
+    a.spawn(child, label="c1", placement="elsewhere")
+    a.gather("after")
+
+
+@run.step
+def after(a):
+    a.succeed()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run.main())
+"""
+
 #: Runs a manager built in-process from a JSON ManagerConfig: ``python -c MANAGER_SCRIPT WS CONFIG``.
 MANAGER_SCRIPT = """
 import json, sys
@@ -175,6 +199,10 @@ class Ops:
         for name, text in (files or {}).items():
             (payload / name).write_text(text)
         return self.workspace.submit(payload, placement).job_id
+
+    def spawning_parent(self, child_exit: int = 0) -> str:
+        """Submit a parent that spawns one child at placement ``elsewhere`` (exiting ``child_exit``) and gathers it."""
+        return self.job(SPAWNING_PARENT.replace("CHILD_EXIT", str(child_exit)), runner_path="run.py")
 
     def marker(self, job: str) -> Marker:
         return inspection.resolve_job(self.handle, job)

@@ -3,7 +3,9 @@
 The first signal stops claiming, terminates the running attempts and keeps
 committing their outcomes for ``--drain-timeout`` seconds before exiting
 successfully; a second signal exits at once. Whatever is left behind is
-recovered from its expired lease by the next manager.
+recovered from its expired lease by the next manager. An attempt the manager
+terminated itself, verified gone without an outcome, is given back to ``ready``
+uncharged (``drain_release``): the walltime kill is not the job's fault.
 """
 
 from __future__ import annotations
@@ -47,11 +49,11 @@ def test_first_signal_drains_terminates_the_attempt_and_exits_zero(ops, signum):
     assert manager.wait(20) == 0, manager.stderr
     assert time.monotonic() - started < 10
     assert ops.group_members(pgid) == []
-    # The terminated attempt was committed: retryable runner_exit, so the job is ready again.
+    # The terminated attempt was given back, not failed: ready again, and not charged.
     assert ops.kind(job) == "ready"
     frame = ops.frame(job)
-    assert frame.event == "commit_retry" and frame.failure["code"] == "runner_exit"
-    assert frame.owner is None and frame.process is None
+    assert frame.event == "drain_release" and frame.failure is None
+    assert frame.owner is None and frame.process is None and frame.total_attempts == 0
     assert ops.kind(other) == "ready" and ops.frame(other).total_attempts == 0
     assert "draining" in manager.stderr
     lines = manager.stdout.splitlines()
@@ -116,3 +118,68 @@ def test_a_second_signal_exits_at_once(ops):
     assert len(manager.stdout.splitlines()) == 1  # the banner only
     assert ops.kind(job) == "running"
     assert ops.group_members(pgid), "the stubborn attempt is left to lease recovery"
+
+
+#: One attempt only: the first sleeps into the walltime, a rerun succeeds at once.
+ONE_ATTEMPT = {"maximum_attempts_per_activation": 1, "maximum_total_attempts": 1}
+
+
+@pytest.mark.parametrize("workdir_mode", ["persistent", "isolated"])
+def test_a_one_attempt_job_stopped_at_walltime_runs_again_uncharged(ops, workdir_mode):
+    job = ops.job(LONG_THEN_SUCCEED.replace("count", "$HTTK_WORKFLOW_WORKSPACE_DIR/count"),
+                  workdir_mode=workdir_mode, **ONE_ATTEMPT)
+    first = ops.start("--drain-timeout", "20")
+    ops.wait_kind(job, "running")
+    ops.wait_until(lambda: (ops.root / "count").exists(), 30, "the runner to start")
+    pgid = ops.frame(job).process["pgid"]
+    manager_id = first.manager_id
+
+    first.signal(signal.SIGTERM)  # what Slurm sends at walltime
+    assert first.wait(20) == 0, first.stderr
+    assert ops.group_members(pgid) == []
+    assert "runner_exit" not in first.stderr
+    assert ops.kind(job) == "ready"
+    frame = ops.frame(job)
+    assert frame.event == "drain_release"
+    assert (frame.attempt_ordinal, frame.total_attempts, frame.unclean_exits) == (0, 0, 1)
+    shown = json.loads(ops.httk("job", "show", str(ops.root), job, "--json").stdout)
+    assert shown["budgets"]["maximum_total_attempts"] == {"limit": 1, "used": 0, "remaining": 1, "exhausted": False}
+    why = json.loads(ops.httk("job", "why", str(ops.root), job, "--json").stdout)
+    drained = [line for line in why["lines"] if "drain" in line]
+    assert drained and f"manager {manager_id}" in drained[0] and "signal 15" in drained[0], why
+    assert "within budget" in " ".join(why["lines"])
+
+    ops.run()
+    assert ops.kind(job) == "succeeded"
+    frame = ops.frame(job)
+    assert (frame.attempt_ordinal, frame.total_attempts, frame.failure) == (1, 1, None)
+    assert (ops.root / "count").read_text().strip() == "2"  # it really ran twice
+    log = ops.log(job)
+    events = [entry["event"] for entry in log]
+    assert events.count("launch") == 2 and "drain_release" in events and "commit_succeed" in events
+    release = next(entry for entry in log if entry["event"] == "drain_release")
+    assert release["reason"].startswith(f"drained: manager {manager_id}")
+    text = ops.httk("job", "log", str(ops.root), job).stdout
+    assert "drain_release -> ready" in text and "drained: manager" in text
+    # Every attempt kept its own control directory, in the order they ran.
+    attempts = sorted(path.name for path in (Path(ops.handle.layout.attempts) / job).iterdir())
+    assert [name[:4] for name in attempts] == ["0001", "0002"] and attempts[1].endswith(frame.attempt_id)
+
+
+#: Publishes its outcome from its TERM trap, while the drain is committing.
+PUBLISH_ON_TERM = """on_term() { publish '"action":"succeed"'; exit 0; }
+trap on_term TERM
+touch started; sleep 30 & wait"""
+
+
+def test_an_outcome_published_during_the_drain_timeout_is_committed(ops):
+    job = ops.job(PUBLISH_ON_TERM, **ONE_ATTEMPT)
+    manager = ops.start("--drain-timeout", "20")
+    _started(ops, job)
+    manager.signal(signal.SIGTERM)
+    assert manager.wait(20) == 0, manager.stderr
+    # The runner's own answer is committed as it would be at any other time.
+    assert ops.kind(job) == "succeeded"
+    frame = ops.frame(job)
+    assert frame.event == "commit_succeed" and frame.total_attempts == 1
+    assert "drain_release" not in [entry["event"] for entry in ops.log(job)]

@@ -12,33 +12,10 @@ import json
 import shutil
 import time
 
-#: A Python runner: ``main`` spawns one prepared child payload at the placement ``elsewhere`` and gathers it.
-PARENT = """from httk.workflow import JobSpec, Runner, prepare_job_payload
-
-run = Runner("joins")
-
-
-@run.step
-def main(a):
-    child = prepare_job_payload(a.workdir / "child", JobSpec(name="child", workflow="joins", runner_path="run.sh"))
-    (child / "run.sh").write_text("exit 1\\n")
-    a.spawn(child, label="c1", placement="elsewhere")
-    a.gather("after")
-
-
-@run.step
-def after(a):
-    a.succeed()
-
-
-if __name__ == "__main__":
-    raise SystemExit(run.main())
-"""
-
 
 def _waiting_parent(ops):
     """A parent waiting on a child that no manager of ``--placement-prefix p`` will ever run."""
-    parent = ops.job(PARENT, runner_path="run.py")
+    parent = ops.spawning_parent(child_exit=1)
     ops.run("--placement-prefix", "p")
     assert ops.kind(parent) == "waiting"
     [child] = ops.frame(parent).join["children"]
@@ -111,3 +88,22 @@ def test_pausing_a_waiting_parent_and_continuing_it_keeps_its_children(ops):
     assert frame.total_attempts == 1
     jobs = json.loads(ops.httk("job", "list", str(ops.root), "--json").stdout)
     assert len(jobs) == 2, [job["job_key"] for job in jobs]
+
+
+def test_job_why_on_a_waiting_parent_says_what_the_waiting_pass_will_do(ops):
+    """One children classification and one join decision: a join already decided is not "waiting" in job why."""
+    parent, child = _waiting_parent(ops)
+    why = json.loads(ops.httk("job", "why", str(ops.root), parent, "--json").stdout)
+    assert why["summary"] == "waiting on 1 active child(ren)"
+    assert f"child c1 ({child['job_key']}): active" in why["lines"]
+
+    # The child fails under a manager that serves only its subtree; the parent's manager has not looked yet.
+    ops.run("--placement-prefix", "elsewhere")
+    assert ops.kind(child["job_id"]) == "failed" and ops.kind(parent) == "waiting"
+    why = json.loads(ops.httk("job", "why", str(ops.root), parent, "--json").stdout)
+    assert why["summary"].startswith("the next manager resolves the join: join all_succeeded can no longer be "
+                                     "satisfied (0/1 children succeeded)"), why
+    assert f"child c1 ({child['job_key']}): failed" in why["lines"]
+
+    ops.run("--placement-prefix", "p")
+    assert ops.kind(parent) == "failed"  # what job why said

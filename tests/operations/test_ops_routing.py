@@ -151,3 +151,15 @@ def test_a_symlinked_marker_is_never_claimed(ops, tmp_path):
     ops.run()
     assert ops.kind(job) == "ready" and not _ran(ops, job)
     assert os.path.islink(marker)
+
+
+def test_a_safety_refusal_is_counted_and_job_why_names_the_check(ops, tmp_path):
+    job = ops.job(RUN)
+    payload = ops.payload(job)
+    shutil.copytree(payload, tmp_path / "elsewhere")
+    shutil.rmtree(payload)
+    os.symlink(tmp_path / "elsewhere", payload)
+    summary = _summary(ops.run())
+    assert ops.kind(job) == "submitted" and "1 refused (see 'job why')" in summary, summary
+    why = ops.httk("job", "why", str(ops.root), job).stdout
+    assert f"the safety property refuses it: its payload directory {payload} is a symbolic link" in why, why

@@ -141,7 +141,10 @@ def test_a_remote_reference_never_touches_the_local_filesystem(cli, tmp_path, mo
     os.makedirs("nosuch:ws/.httk-workflow")
     error = cli("workspace", "status", "nosuch:ws", code=2).stderr
     assert error == "error: no remote named 'nosuch'; see 'httk workflow remote list' and 'remote add'\n"
+    # job commands forward, so they name the missing remote too; workspace delete stays local-only.
     error = cli("job", "list", "nosuch:ws", code=2).stderr
+    assert error == "error: no remote named 'nosuch'; see 'httk workflow remote list' and 'remote add'\n"
+    error = cli("workspace", "delete", "nosuch:ws", "--force", code=2).stderr
     assert "nosuch:ws: this command works on local workspaces only" in error
     cli("remote", "add", "k", "--template", "local")
     assert "give the path on k after the colon" in cli("workspace", "init", "k:", code=2).stderr

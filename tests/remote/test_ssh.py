@@ -76,11 +76,11 @@ def test_connection_failures_are_one_line_saying_what_to_fix(infra, tmp_path):
         transport(infra, known_hosts=str(empty)).run(["true"])
     stranger = tmp_path / "stranger_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
-    with pytest.raises(TransportError, match=r"authentication failed with key .*stranger_key"):
+    with pytest.raises(TransportError, match=r"authentication failed for httktest with key .*stranger_key .*check"):
         transport(infra, key_filename=str(stranger)).run(["true"])
-    with pytest.raises(TransportError, match=r"cannot connect"):
+    with pytest.raises(TransportError, match=r"cannot connect to port 1 \(Connection refused\)"):
         transport(infra, port=1).run(["true"])
-    with pytest.raises(TransportError, match=r"cannot connect \(No such file or directory"):
+    with pytest.raises(TransportError, match=r"cannot read the key .*no-key \(No such file or directory\); check"):
         transport(infra, key_filename=str(tmp_path / "no-key")).run(["true"])
 
 

@@ -67,11 +67,17 @@ def test_a_committing_job_whose_manager_died_is_committed_once_by_the_next():
     assert kinds(handle) == {"committing": 1}
     first.heartbeat(force=True)  # the owner looks alive again (its lease is not expired)
     second = manager(handle, proc, "m-b", lease_seconds=10.0)
-    second.run()  # the owner's lease is still live: left alone
+    second.on_iteration = lambda: first.heartbeat(force=True)  # ... and keeps renewing it
+    started = ports.clock.now()
+    second.run()  # a live owner's job is left alone, and waiting for it would be waiting forever
     assert kinds(handle) == {"committing": 1}
-    ports.clock.advance(1000.0)
+    assert ports.clock.now() - started < 10.0
+    # Silent from now on: the next manager stays until the lease ends, then commits the outcome once.
+    first.heartbeat(force=True)
+    started = ports.clock.now()
     manager(handle, proc, "m-c", lease_seconds=10.0).run()
     assert kinds(handle) == {"succeeded": 1}
+    assert ports.clock.now() - started >= 10.0
     assert len(proc.processes) == 1
 
 

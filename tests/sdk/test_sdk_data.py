@@ -59,6 +59,35 @@ def test_put_and_remove_build_the_manifest_in_call_order(make_attempt, workspace
     assert attempt.outcome()["action"] == "succeed"
 
 
+def test_put_and_remove_return_the_operation_identifier(make_attempt, workspace_spec):
+    make_attempt("start", spec=workspace_spec(data_mode="transactional"))
+    returned = []
+
+    def handler(a):
+        (a.workdir / "f").write_text("x", encoding="utf-8")
+        returned.extend([a.put("f", "a"), a.remove("b", missing_ok=True), a.put("f", "c")])
+        a.succeed()
+
+    assert runner_with(handler).main([]) == 0
+    assert returned == ["op-0001", "op-0002", "op-0003"]
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "results/\nenergy", "tab\there", "esc\x1b", "del\x7f"])
+def test_put_and_remove_refuse_control_characters_at_the_call(make_attempt, workspace_spec, bad):
+    attempt = make_attempt("start", spec=workspace_spec(data_mode="transactional"))
+
+    def handler(a):
+        (a.workdir / "f").write_text("x", encoding="utf-8")
+        with pytest.raises(ValueError, match="control character"):
+            a.put("f", bad)
+        with pytest.raises(ValueError, match="control character"):
+            a.remove(bad, missing_ok=True)
+        a.succeed()
+
+    assert runner_with(handler).main([]) == 0
+    assert not (attempt.ready / "transaction").exists()  # nothing was staged
+
+
 def test_put_and_remove_need_transactional_data(make_attempt):
     make_attempt("start")
 

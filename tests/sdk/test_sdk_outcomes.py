@@ -319,3 +319,15 @@ def test_gather_refusals(make_attempt):
         a.gather("finish", when="at_least", count=1)
 
     assert make_runner(handler).main([]) == 0
+
+
+def test_advance_refuses_a_priority_the_manager_would_refuse(make_attempt):
+    make_attempt("start")
+
+    def handler(a):
+        # The outcome parser and every marker name bound priorities to 64 bits; the SDK refuses first.
+        with pytest.raises(ValueError, match="64-bit range"):
+            a.advance("finish", priority=2**63)
+        a.advance("finish", priority=2**63 - 1)
+
+    assert make_runner(handler).main([]) == 0

@@ -378,11 +378,11 @@ def main(a):
 
 def test_a_tampered_runner_object_fails_runner_mismatch(harness) -> None:
     ref = harness.publish(RUNNER)
+    job = harness.submit(ref)  # submission refuses a tampered object: tamper after it
     stored = harness.root / ".httk-workflow" / "runners" / "objects" / ref["sha256"]
     [runner_file] = list(stored.iterdir())
     runner_file.chmod(0o644)
     runner_file.write_text(runner_file.read_text(encoding="utf-8") + "# tampered\n", encoding="utf-8")
-    job = harness.submit(ref)
     assert harness.run() == 0
     show = harness.show(job)
     assert show["kind"] == "failed", harness.describe(job)
@@ -396,8 +396,8 @@ def test_a_tampered_runner_object_fails_runner_mismatch(harness) -> None:
 
 def test_a_missing_runner_fails_runner_unavailable(harness) -> None:
     ref = harness.publish(RUNNER)
+    missing = harness.submit(ref)  # submission refuses a missing runner: remove it after
     shutil.rmtree(harness.root / ".httk-workflow" / "runners" / "objects" / ref["sha256"])
-    missing = harness.submit(ref)
     payload_runner = harness.submit({"source": "payload", "path": "bin/run.py", "sha256": None})
     installed = harness.submit({"source": "installed", "path": "run.py", "sha256": ref["sha256"]})
     assert harness.run() == 0

@@ -607,6 +607,29 @@ def test_staging_and_publishing_refusals(make_attempt, runners, workspace_spec):
     assert seen["gather"] == (0, "")
 
 
+def test_put_and_remove_print_their_operation_identifier(make_attempt, runners, workspace_spec):
+    attempt = make_attempt("start", spec=workspace_spec(data_mode="transactional"))
+    body = PROBE + script(
+        r"""
+        step_start() {
+            echo x > f
+            probe put httk_workflow_put f results/f
+            probe remove httk_workflow_remove old --missing-ok
+            probe newline httk_workflow_put f $'bad\nname'
+            probe put_again httk_workflow_put f results/g
+            httk_workflow_succeed
+        }
+        """
+    )
+    result = runners.bash(body)
+    assert result.returncode == 0, result.stderr
+    seen = probes(result.stdout)
+    assert seen["put"] == (0, "op-0001") and seen["remove"] == (0, "op-0002") and seen["put_again"] == (0, "op-0003")
+    assert seen["newline"][0] == 2  # a control character in the destination is refused
+    operations = json.loads((attempt.ready / "transaction" / "manifest.json").read_bytes())["operations"]
+    assert [operation["id"] for operation in operations] == ["op-0001", "op-0002", "op-0003"]
+
+
 def test_a_second_process_refuses_two_drafts(make_attempt, runners):
     attempt = make_attempt("start")
     (attempt.control / "outcome.tmp.one").mkdir()

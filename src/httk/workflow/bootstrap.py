@@ -18,6 +18,7 @@ from typing import Any
 
 from dependency_injector import containers, providers
 
+from .adapters.batch.base import CommandLineBatchSystem
 from .adapters.batch.local import LocalBatchSystem
 from .adapters.batch.slurm import SlurmBatchSystem
 from .adapters.clock import SystemClock
@@ -50,6 +51,30 @@ def _ssh_transport(**options: Any) -> RemoteTransport:
     return SshTransport(**options)
 
 
+#: The batch systems of this distribution; others arrive through the entry-point group.
+BUILT_IN_BATCH_SYSTEMS: dict[str, type[CommandLineBatchSystem]] = {"local": LocalBatchSystem, "slurm": SlurmBatchSystem}
+
+
+def check_batch_setting(name: str, value: Any) -> None:
+    """Let the batch system named by the setting's first component refuse it (``slurm.*``: Slurm).
+
+    Raises :class:`~httk.workflow.ports.BatchSystemError`. Only the one entry point of
+    that name is loaded, so ``settings set vasp.command ...`` imports nothing.
+    """
+    system_name = name.split(".", 1)[0]
+    system = BUILT_IN_BATCH_SYSTEMS.get(system_name)
+    if system is None:
+        from importlib.metadata import entry_points
+
+        found = [entry for entry in entry_points(group=BATCH_SYSTEM_ENTRY_POINTS) if entry.name == system_name]
+        if not found:
+            return
+        system = found[0].load()
+    checker = getattr(system, "check_setting", None)
+    if checker is not None:
+        checker(name, value)
+
+
 class Container(containers.DeclarativeContainer):
     """Ports and services of one process."""
 
@@ -57,7 +82,7 @@ class Container(containers.DeclarativeContainer):
     clock = providers.Singleton(SystemClock)
     ids = providers.Singleton(UuidIds)
     process = providers.Singleton(LocalProcessControl)
-    ports = providers.Singleton(Ports, fs=fs, clock=clock, ids=ids)
+    ports = providers.Singleton(Ports, fs=fs, clock=clock, ids=ids, check_setting=providers.Object(check_batch_setting))
     workspaces = providers.Singleton(WorkspaceService, ports=ports)
     adapter_templates = providers.Callable(adapter_templates_path)
     #: Keyed by a template's ``transport`` and ``batch``; a test overrides them with doubles.
@@ -89,7 +114,8 @@ def remote_adapters(container: Container, remote: Remote) -> tuple[RemoteTranspo
         transport = container.transports(
             "ssh",
             host=settings["host"],
-            port=settings.get("port", 22),
+            # Unset: ~/.ssh/config's Port for the host, else 22 (the template default only describes that).
+            port=remote.chosen.get("port"),
             user=settings.get("username"),
             key_filename=settings.get("key_filename"),
             known_hosts=settings.get("known_hosts"),

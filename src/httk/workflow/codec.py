@@ -9,6 +9,8 @@ cattrs converter below; every decoding error names the document and the member.
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -46,25 +48,62 @@ def encode(value: Any) -> bytes:
     return (dumps(value) + "\n").encode("utf-8")
 
 
-class _NonJsonConstant(ValueError):
-    pass
+class _NotJson(ValueError):
+    """A value Python's parser accepts that no JSON document can carry (the message says which)."""
 
 
 def _refuse_constant(name: str) -> Any:
     # NaN and Infinity are accepted by Python's parser but are not JSON, and cannot be re-encoded.
-    raise _NonJsonConstant(name)
+    raise _NotJson(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    # 1e999 parses as Infinity: a document holding it could never be written back (encode refuses it).
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotJson(f"the number {text[:40]} is beyond the range of a JSON number")
+    return value
+
+
+#: A ``\uD800``-``\uDFFF`` escape: the only way a decoded string can hold a surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    """A lone surrogate escape decodes to a string no UTF-8 writer can write back: refuse it on reading."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _NotJson(f"the string {item[:40]!r} holds a lone surrogate, which is not Unicode") from None
 
 
 def decode(data: bytes, document: str) -> Any:
-    """Parse JSON bytes; a parse error names the document."""
+    """Parse JSON bytes; a parse error names the document.
+
+    Only values JSON can carry and UTF-8 can write back are accepted: NaN, Infinity,
+    a number beyond every float (``1e999``) and a lone surrogate escape are refused
+    here, so no reader meets one and no writer fails on one later.
+    """
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+        value = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite)
+        if _SURROGATE_ESCAPE.search(data):
+            _refuse_lone_surrogates(value)
+        return value
     except RecursionError:
         raise DocumentError(document, "$", "nested too deeply") from None
     except UnicodeDecodeError as error:
         raise DocumentError(document, "$", f"not UTF-8 ({error.reason})") from None
-    except _NonJsonConstant as error:
-        raise DocumentError(document, "$", f"{error.args[0]} is not JSON") from None
+    except _NotJson as error:
+        raise DocumentError(document, "$", str(error)) from None
     except json.JSONDecodeError as error:
         problem = f"not JSON ({error.msg} at line {error.lineno} column {error.colno})"
         raise DocumentError(document, "$", problem) from None

@@ -9,7 +9,10 @@ interruption finishes the batch instead of repeating or skipping an op.
 
 Invariants: nothing of a draft is visible until the single rename; the draft is
 synced first when the workspace is durable; an existing ``outcome.ready/`` is
-never replaced. Spec: 001 "What an attempt publishes", "Data and workdir
+never replaced. Every publication goes through the filesystem port (the POSIX
+adapter unless one is passed), so the runner writes exactly as the manager does:
+temp, fsync, rename without replacing, fsync of the directories, created parents
+included. Spec: 001 "What an attempt publishes", "Data and workdir
 changes"; docs/workflow_filesystem_api.md "The outcome".
 """
 
@@ -19,12 +22,16 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import codec
-from .fileio import atomic_write, fsync_dir, sync_tree
+from .adapters.fs_posix import PosixFilesystem
+from .domain.model import control_character
 from .protocol import PRIVATE_DIR, JobSpec
 from .runtime import ChildSpec
+
+if TYPE_CHECKING:
+    from .ports import Filesystem
 
 OUTCOME_FORMAT = "httk-workflow-outcome"
 SPAWN_FORMAT = "httk-workflow-spawn"
@@ -37,10 +44,14 @@ RUNNER_DIR = ".httk-runner"
 
 
 def check_relative(path: str | os.PathLike[str], what: str) -> str:
-    """Normalise a relative POSIX path; refuse absolute paths, ``..`` and the empty path."""
+    """Normalise a relative POSIX path; refuse absolute paths, ``..``, the empty path and control characters."""
     text = os.fspath(path)
     if not isinstance(text, str) or not text or text.startswith("/"):
         raise ValueError(f"{what} {text!r} must be a relative path")
+    bad = control_character(text)
+    if bad is not None:
+        # The manager refuses such a path too; refusing it here names the call that made it.
+        raise ValueError(f"{what} {text!r} contains the control character {bad!r}; use a plain relative path")
     parts = [part for part in text.split("/") if part not in ("", ".")]
     if not parts or any(part == ".." for part in parts):
         raise ValueError(f"{what} {text!r} must be a relative path without '..'")
@@ -58,10 +69,11 @@ def _copy(source: Path, destination: Path) -> None:
         raise FileNotFoundError(f"{source}: no such file or directory to stage")
 
 
-def write_error(control: Path, document: dict[str, Any], *, durable: bool) -> Path:
+def write_error(control: Path, document: dict[str, Any], *, durable: bool, fs: Filesystem | None = None) -> Path:
     """Publish ``error.json`` (``httk-workflow-runner-error`` v1) in the control directory."""
     path = control / "error.json"
-    atomic_write(path, codec.encode({"format": ERROR_FORMAT, "format_version": 1, **document}), durable=durable)
+    data = codec.encode({"format": ERROR_FORMAT, "format_version": 1, **document})
+    (fs if fs is not None else PosixFilesystem()).write_atomic(os.fspath(path), data, durable=durable)
     return path
 
 
@@ -124,10 +136,13 @@ def ignore_private(root: Path) -> Callable[[str, list[str]], list[str]]:
 class OutcomeDraft:
     """The implicit draft of one attempt; created on first use, published or discarded once."""
 
-    def __init__(self, control: Path, *, durable: bool, new_id: Callable[[], str]) -> None:
+    def __init__(
+        self, control: Path, *, durable: bool, new_id: Callable[[], str], fs: Filesystem | None = None
+    ) -> None:
         self._control = control
         self._durable = durable
         self._new_id = new_id
+        self._fs = fs if fs is not None else PosixFilesystem()
         self._directory: Path | None = None
         self._published = False
         self.children: list[dict[str, Any]] = []
@@ -143,7 +158,7 @@ class OutcomeDraft:
 
     @property
     def published(self) -> bool:
-        return self._published or os.path.lexists(self.ready)
+        return self._published or self._fs.exists(os.fspath(self.ready))
 
     def check_open(self) -> None:
         """Refuse any further contribution once an outcome exists."""
@@ -194,7 +209,7 @@ class OutcomeDraft:
         self.children.append(entry)
         document = {"format": SPAWN_FORMAT, "format_version": 1, "children": self.children}
         # The draft is synced as a whole before publication; per-file fsyncs would be wasted.
-        atomic_write(draft / "children" / "spawn.json", codec.encode(document), durable=False)
+        self._fs.write_atomic(os.fspath(draft / "children" / "spawn.json"), codec.encode(document), durable=False)
 
     def add_put(self, source: Path, destination: str) -> str:
         draft = self.ensure()
@@ -213,23 +228,21 @@ class OutcomeDraft:
         assert self._directory is not None
         self.operations.append(operation)
         document = {"format": TRANSACTION_FORMAT, "format_version": 1, "operations": self.operations}
-        atomic_write(self._directory / "transaction" / "manifest.json", codec.encode(document), durable=False)
+        manifest = os.fspath(self._directory / "transaction" / "manifest.json")
+        self._fs.write_atomic(manifest, codec.encode(document), durable=False)
 
     def publish(self, outcome: dict[str, Any]) -> Path:
         """Write ``outcome.json`` and rename the draft to ``outcome.ready/``; return that path."""
         self.check_open()
         draft = self.ensure()
-        atomic_write(draft / "outcome.json", codec.encode(outcome), durable=False)
+        self._fs.write_atomic(os.fspath(draft / "outcome.json"), codec.encode(outcome), durable=False)
         if self._durable:
-            sync_tree(draft)
-        # os.rename would silently replace an empty directory, so the name is checked
-        # first; a non-empty one makes the rename itself fail. This process is the
-        # attempt's only writer of the control directory.
-        if os.path.lexists(self.ready):
-            raise RuntimeError(f"{self.ready} already exists; refusing to replace a published outcome")
-        os.rename(draft, self.ready)
-        if self._durable:
-            fsync_dir(self._control)
+            self._fs.sync_tree(os.fspath(draft))
+        try:
+            # Never replaces, not even an empty directory; synced with the control directory when durable.
+            self._fs.rename(os.fspath(draft), os.fspath(self.ready), durable=self._durable)
+        except FileExistsError:
+            raise RuntimeError(f"{self.ready} already exists; refusing to replace a published outcome") from None
         self._published = True
         self._directory = None
         return self.ready
@@ -250,9 +263,12 @@ class WorkdirBatch:
     applies the batch; an exception inside it discards the batch unapplied.
     """
 
-    def __init__(self, workdir: Path, *, durable: bool, new_id: Callable[[], str]) -> None:
+    def __init__(
+        self, workdir: Path, *, durable: bool, new_id: Callable[[], str], fs: Filesystem | None = None
+    ) -> None:
         self._workdir = workdir
         self._durable = durable
+        self._fs = fs if fs is not None else PosixFilesystem()
         self.id = new_id()
         self._staging = workdir / RUNNER_DIR / "workdir-staging" / self.id
         self.operations: list[dict[str, Any]] = []
@@ -275,7 +291,8 @@ class WorkdirBatch:
             raise TypeError(f"workdir batch data must be bytes or str, got {type(data).__name__}")
         staged = f"files/{len(self.operations) + 1:04d}"
         target = self._staging / staged
-        target.parent.mkdir(parents=True, exist_ok=True)
+        # Durable: the chain of new directories down to the staging area is synced as it is created.
+        self._fs.makedirs(os.fspath(target.parent), durable=self._durable)
         target.write_bytes(bytes(data))
         self.operations.append({"op": "write", "path": path, "staged": staged})
 
@@ -294,17 +311,14 @@ class WorkdirBatch:
         if not self.operations:
             self.discard()
             return None
-        self._staging.mkdir(parents=True, exist_ok=True)
+        self._fs.makedirs(os.fspath(self._staging), durable=self._durable)
         document = {"format": BATCH_FORMAT, "format_version": 1, "id": self.id, "operations": self.operations}
         (self._staging / "ops.json").write_bytes(codec.encode(document))
         if self._durable:
-            sync_tree(self._staging)
-        ready_root = self._workdir / RUNNER_DIR / "workdir-ready"
-        ready_root.mkdir(parents=True, exist_ok=True)
-        sealed = ready_root / self.id
-        os.rename(self._staging, sealed)
-        if self._durable:
-            fsync_dir(ready_root)
+            self._fs.sync_tree(os.fspath(self._staging))
+        sealed = self._workdir / RUNNER_DIR / "workdir-ready" / self.id
+        # The rename creates workdir-ready/ when it is missing, synced like the rename when durable.
+        self._fs.rename(os.fspath(self._staging), os.fspath(sealed), durable=self._durable)
         self._sealed = sealed
         return sealed
 
@@ -312,35 +326,13 @@ class WorkdirBatch:
         shutil.rmtree(self._staging, ignore_errors=True)
 
 
-def _replace_with_copy(source: Path, target: Path, *, durable: bool) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
-    temp = target.parent / f".{target.name}.batch-tmp"
-    shutil.copyfile(source, temp)
-    if durable:
-        fd = os.open(temp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    os.replace(temp, target)
-
-
-def _remove(target: Path) -> None:
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
-    elif os.path.lexists(target):
-        target.unlink()
-
-
-def _inside(workdir: Path, target: Path, batch: Path) -> Path:
-    """``target`` unless a symlinked directory on its way leads out of the workdir."""
+def _inside(workdir: Path, target: Path, batch: Path) -> tuple[Path, str]:
+    """(``target``, the name it reaches) unless a symlinked directory on its way leads out of the workdir."""
     real_root = os.path.realpath(workdir)
     real_parent = os.path.realpath(target.parent)
     if real_parent != real_root and not real_parent.startswith(real_root + os.sep):
         raise ValueError(f"workdir batch {batch.name}: {target} leads outside the workdir through a symbolic link")
-    return target
+    return target, os.path.join(real_parent, target.name)
 
 
 def _check_operation(batch: Path, index: int, operation: Any) -> dict[str, Any]:
@@ -357,31 +349,40 @@ def _check_operation(batch: Path, index: int, operation: Any) -> dict[str, Any]:
     return operation
 
 
-def _apply_one(workdir: Path, batch: Path, operation: dict[str, Any], *, durable: bool) -> None:
-    """Apply one op; each is safe to repeat after it completed (or half-completed) once."""
+def _apply_one(fs: Filesystem, workdir: Path, batch: Path, operation: dict[str, Any], *, durable: bool) -> None:
+    """Apply one op; each is safe to repeat after it completed (or half-completed) once.
+
+    Each op replaces what is at its destination: a write publishes the staged bytes
+    atomically, a rename first removes the destination and then renames without
+    overwriting (a replay finds the source gone and the destination present).
+    """
     kind = operation.get("op")
-    target = _inside(workdir, workdir / check_relative(operation["path"], "workdir path"), batch)
+    target, reached = _inside(workdir, workdir / check_relative(operation["path"], "workdir path"), batch)
     if kind == "write":
-        _replace_with_copy(batch / check_relative(operation["staged"], "staged file"), target, durable=durable)
+        if target.is_dir() and not target.is_symlink():
+            fs.rmtree(os.fspath(target))
+        staged = fs.read_bytes(os.fspath(batch / check_relative(operation["staged"], "staged file")))
+        fs.write_atomic(os.fspath(target), staged, durable=durable)
     elif kind == "remove":
-        _remove(target)
+        fs.rmtree(os.fspath(target))
+        if durable and fs.lstat(os.fspath(target.parent)) is not None:  # a missing parent holds no name to sync
+            fs.fsync_dir(os.fspath(target.parent))
     elif kind == "rename":
-        destination = _inside(workdir, workdir / check_relative(operation["destination"], "workdir path"), batch)
-        if os.path.lexists(target):
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            if destination.is_dir() and not destination.is_symlink() and target != destination:
-                shutil.rmtree(destination)
-            os.replace(target, destination)
-        elif not os.path.lexists(destination):
+        path = operation["destination"]
+        destination, destination_reached = _inside(workdir, workdir / check_relative(path, "workdir path"), batch)
+        if fs.exists(os.fspath(target)):
+            if reached != destination_reached:  # the same name twice (perhaps through a link): nothing to do
+                fs.rmtree(os.fspath(destination))
+                fs.rename(os.fspath(target), os.fspath(destination), durable=durable)
+        elif not fs.exists(os.fspath(destination)):
             raise FileNotFoundError(f"workdir batch {batch.name}: cannot rename missing {operation['path']!r}")
     else:
         raise ValueError(f"workdir batch {batch.name}: unknown op {kind!r}")
-    if durable:
-        fsync_dir(target.parent)
 
 
-def apply_sealed_batch(workdir: Path, batch: Path, *, durable: bool) -> None:
+def apply_sealed_batch(workdir: Path, batch: Path, *, durable: bool, fs: Filesystem | None = None) -> None:
     """Apply a sealed batch from its recorded progress, then move it to ``workdir-applied/``."""
+    fs = fs if fs is not None else PosixFilesystem()
     document = codec.decode_object((batch / "ops.json").read_bytes(), os.fspath(batch / "ops.json"))
     operations = document.get("operations")
     if document.get("format") != BATCH_FORMAT or not isinstance(operations, list):
@@ -392,18 +393,14 @@ def apply_sealed_batch(workdir: Path, batch: Path, *, durable: bool) -> None:
         applied = int(codec.decode_object(progress_path.read_bytes(), os.fspath(progress_path))["applied"])
     checked = [_check_operation(batch, index, operation) for index, operation in enumerate(operations)]
     for index in range(applied, len(checked)):
-        _apply_one(workdir, batch, checked[index], durable=durable)
+        _apply_one(fs, workdir, batch, checked[index], durable=durable)
         # Recorded after the op took effect: a crash in between repeats one idempotent op.
-        atomic_write(progress_path, codec.encode({"applied": index + 1}), durable=durable)
-    applied_root = workdir / RUNNER_DIR / "workdir-applied"
-    applied_root.mkdir(parents=True, exist_ok=True)
-    os.rename(batch, applied_root / batch.name)
-    if durable:
-        fsync_dir(applied_root)
-        fsync_dir(batch.parent)
+        fs.write_atomic(os.fspath(progress_path), codec.encode({"applied": index + 1}), durable=durable)
+    # Creates workdir-applied/ when missing; durable, it syncs it and workdir-ready/.
+    fs.rename(os.fspath(batch), os.fspath(workdir / RUNNER_DIR / "workdir-applied" / batch.name), durable=durable)
 
 
-def replay_workdir_batches(workdir: Path, *, durable: bool) -> list[str]:
+def replay_workdir_batches(workdir: Path, *, durable: bool, fs: Filesystem | None = None) -> list[str]:
     """Finish every sealed-but-unapplied batch and drop unsealed staging; return the replayed ids."""
     runner_dir = workdir / RUNNER_DIR
     # An unsealed batch never took effect, and only one attempt runs in a workdir at a time.
@@ -415,7 +412,7 @@ def replay_workdir_batches(workdir: Path, *, durable: bool) -> list[str]:
     # A batch is applied right after it is sealed, so at most one is normally pending.
     for batch in sorted(ready_root.iterdir()):
         if batch.is_dir() and (batch / "ops.json").is_file():
-            apply_sealed_batch(workdir, batch, durable=durable)
+            apply_sealed_batch(workdir, batch, durable=durable, fs=fs)
             replayed.append(batch.name)
     return replayed
 

@@ -15,6 +15,38 @@ import attrs
 
 T = TypeVar("T")
 
+#: The size bound of one document read (job.json, an outcome, a spawn or transaction manifest,
+#: error.json, a request, a context): documents are small, so anything larger is refused
+#: rather than read into memory.
+DOCUMENT_LIMIT = 16 * 1024 * 1024
+
+
+class UnreadableDocument(OSError):
+    """A document that is refused before its bytes are read; the message is one line naming it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path} {problem}")
+        self.path = path
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.path} {self.problem}"
+
+
+class NotRegularFile(UnreadableDocument):
+    """The name is a directory, symlink, FIFO, socket or device, not a regular file."""
+
+
+class DocumentTooLarge(UnreadableDocument):
+    """A regular file larger than the read's size bound."""
+
+
+def unreadable(path: str, error: OSError) -> str:
+    """Why the file at ``path`` could not be read, as one line naming it once."""
+    if isinstance(error, UnreadableDocument):
+        return str(error)
+    return f"{path} cannot be read: {error.strerror or error}"
+
 
 @attrs.frozen
 class Entry:
@@ -29,7 +61,7 @@ class Entry:
 
 @attrs.frozen
 class FileStat:
-    """The ``lstat`` facts the protocol needs: kind, owner and size."""
+    """The ``lstat`` facts the protocol needs: kind, owner, size and device."""
 
     size: int
     uid: int
@@ -38,6 +70,8 @@ class FileStat:
     is_file: bool
     is_symlink: bool
     mode: int = 0o644
+    #: ``st_dev``: two names on different devices cannot be renamed into each other.
+    device: int = 0
 
 
 class Appender(Protocol):
@@ -59,10 +93,29 @@ class Appender(Protocol):
 class Filesystem(Protocol):
     """The filesystem as the protocol uses it: atomic publication, fenced renames, streaming scans."""
 
-    def read_bytes(self, path: str) -> bytes: ...
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of ``path``, following symlinks; a FIFO blocks.
+
+        For files this process or the operator controls; a document a runner or
+        another host may have written is read with :meth:`read_document`.
+        """
+
+    def read_document(self, path: str, limit: int | None = DOCUMENT_LIMIT) -> bytes:
+        """The bytes of one small document that another actor may have written, read safely.
+
+        The final name is opened without following a symlink and without blocking
+        (a FIFO never stalls the reader), checked to be a regular file, and read up
+        to ``limit`` bytes (``None``: no bound, for the manager's own journal).
+        Raises :class:`NotRegularFile`, :class:`DocumentTooLarge`, or the
+        ``OSError`` of the open (``FileNotFoundError`` when absent).
+        """
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        """Read up to ``length`` bytes at ``offset``; shorter at end of file."""
+        """Read up to ``length`` bytes at ``offset`` of a regular file; shorter at end of file.
+
+        Opened without blocking; a name that is not a regular file (after following
+        symlinks) raises :class:`NotRegularFile`.
+        """
 
     def write_atomic(self, path: str, data: bytes, *, durable: bool) -> None:
         """Publish ``data`` at ``path`` all-or-nothing: temp, fsync, rename, fsync dir.
@@ -96,6 +149,17 @@ class Filesystem(Protocol):
 
     def readlink(self, path: str) -> str: ...
 
+    def find_symlink(self, root: str, path: str) -> str | None:
+        """The first name on the way from ``root`` to ``path`` that is a symbolic link, else ``None``.
+
+        ``root`` is trusted (a link there is followed); every component below it,
+        ``path`` itself included, is opened relative to its parent without
+        following links, so nothing on the way is resolved through a link. The
+        walk ends at a missing name or a non-directory (``None``: nothing below
+        it exists). ``ValueError`` when ``path`` is not below ``root`` or has a
+        ``..`` component.
+        """
+
     def makedirs(self, path: str, *, durable: bool = False) -> None:
         """Create ``path`` and its parents; an existing directory is fine.
 
@@ -114,6 +178,13 @@ class Filesystem(Protocol):
 
     def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
         """Copy a file or a directory tree to a destination that must not exist."""
+
+    def symlink(self, target: str, path: str) -> None:
+        """Create the symbolic link ``path`` pointing at ``target``; ``FileExistsError`` if ``path`` exists.
+
+        Only a transfer creates links: it rebuilds a job's tree, links included, at
+        the far end of a transport that moves regular files.
+        """
 
     def sync_tree(self, path: str) -> None:
         """fsync every file and directory below ``path`` (used before a durable rename)."""
@@ -308,6 +379,19 @@ class RemoteTransport(Protocol):
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None) -> CommandResult:
         """Run ``argv`` there, with ``input`` on its stdin (else an empty stdin)."""
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        out: Callable[[bytes], None],
+        err: Callable[[bytes], None],
+        timeout: float | None = None,
+    ) -> int:
+        """Run ``argv`` there with an empty stdin, handing its output to ``out``/``err`` as it arrives.
+
+        Returns the exit status; the same connection as ``run`` and ``put`` is used.
+        """
 
     def put(self, local: str, remote: str) -> None:
         """Copy the local file ``local`` to the path ``remote`` there."""

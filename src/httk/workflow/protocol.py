@@ -3,8 +3,11 @@
 ``JobSpec`` is the complete member set of a job definition; ``job.json`` is its
 canonical JSON and is immutable once written. Parsing validates every member and
 names the one that is wrong (``job.json @ $.retry_policy.maximum_total_attempts:
-expected int, got string``). Spec: 000 "Submit a job", 001 "Spawning children";
-docs/workflow_filesystem_api.md "Payloads".
+expected int, got string``); an unknown member is refused at every level (a
+misspelt ``data.mdoe`` would otherwise make a job silently non-transactional), and
+a priority outside the 64-bit range every marker name can carry is refused.
+Spec: 000 "Submit a job", 001 "Spawning children"; docs/workflow_filesystem_api.md
+"Payloads".
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -24,10 +27,13 @@ from .domain.model import (
     WORKDIR_MODES,
     RetryPolicy,
     ValidationError,
+    check_priority,
     check_step,
     check_tag,
 )
-from .fileio import atomic_write
+
+if TYPE_CHECKING:
+    from .ports import Filesystem
 
 JOB_FORMAT = "httk-workflow-job"
 RUNNER_SOURCES = ("payload", "workspace", "installed")
@@ -168,15 +174,22 @@ def validate_job_document(document: Any, name: str = "job.json") -> JobSpec:
         raise check.fail("$.initial_step", str(error)) from None
     inputs = check.obj(document, "inputs", "$", optional=True)
     priority = check.integer(document, "priority", "$", optional=True) or 0
+    try:
+        check_priority(priority)  # the marker name carries it: the same bound every marker parser applies
+    except ValidationError as error:
+        raise check.fail("$.priority", str(error)) from None
     executor = check.string(document, "executor", "$", optional=True) or DEFAULT_EXECUTOR
     claim = check.obj(document, "claim", "$", optional=True)
+    _refuse_unknown(check, claim, "$.claim", {"pool", "capabilities"})
     pool = check.string(claim, "pool", "$.claim", optional=True) or DEFAULT_POOL
     capabilities = check.strings(claim, "capabilities", "$.claim")
     workdir = check.obj(document, "workdir", "$", optional=True)
+    _refuse_unknown(check, workdir, "$.workdir", {"mode"})
     workdir_mode = check.string(workdir, "mode", "$.workdir", optional=True) or "persistent"
     if workdir_mode not in WORKDIR_MODES:
         raise check.fail("$.workdir.mode", f"expected one of {', '.join(WORKDIR_MODES)}")
     data = check.obj(document, "data", "$", optional=True)
+    _refuse_unknown(check, data, "$.data", {"mode"})
     data_mode = check.string(data, "mode", "$.data", optional=True) or "none"
     if data_mode not in DATA_MODES:
         raise check.fail("$.data.mode", f"expected one of {', '.join(DATA_MODES)}")
@@ -233,6 +246,13 @@ def parse_job_bytes(data: bytes, name: str = "job.json") -> JobSpec:
     return validate_job_document(codec.decode(data, name), name)
 
 
+def _refuse_unknown(check: codec.Checked, value: dict[str, Any], member: str, known: set[str]) -> None:
+    """Refuse the first (sorted) member of the object at ``member`` that is not in ``known``."""
+    extra = sorted(set(value) - known)
+    if extra:
+        raise check.fail(f"{member}.{extra[0]}", f"unknown member; known: {', '.join(sorted(known))}")
+
+
 def _check_relative(check: codec.Checked, path: str, member: str) -> None:
     if not path or path.startswith("/") or any(part == ".." for part in path.split("/")):
         raise check.fail(member, "expected a relative path without '..'")
@@ -253,8 +273,11 @@ def prepare_job_payload(
         if job_file.read_bytes() == data:
             return target
         raise FileExistsError(f"{job_file}: a different job.json already exists; job.json is immutable")
-    target.mkdir(parents=True, exist_ok=True)
-    atomic_write(job_file, data, durable=durable)
+    # Imported here: the manager imports this module for JobSpec and must not load an adapter through it.
+    from .adapters.fs_posix import PosixFilesystem
+
+    # The publication creates the directory too, synced when durable.
+    PosixFilesystem().write_atomic(os.fspath(job_file), data, durable=durable)
     return target
 
 
@@ -299,8 +322,9 @@ class RunLog:
     """The append-only structured run log of one workdir: ``.httk-runner/runlog.jsonl``.
 
     Each event is one canonical ``httk-workflow-runlog-event`` v1 line written
-    with a single ``O_APPEND`` write, so concurrent appenders never interleave
-    inside a line and a reader skips at most one torn last line. Spec: 001 "What
+    with a single ``O_APPEND`` write through the filesystem port's appender, so
+    concurrent appenders never interleave inside a line and a reader skips at
+    most one torn last line. Spec: 001 "What
     an attempt reads" (``a.log``); 002 rows ``protocol.RunLog.append``.
     """
 
@@ -316,8 +340,12 @@ class RunLog:
         attempt_id: str | None = None,
         durable: bool = True,
         now: Any = None,
+        fs: Filesystem | None = None,
     ) -> None:
-        """``base`` resolves relative file names; ``now`` is a callable returning epoch seconds."""
+        """``base`` resolves relative file names; ``now`` is a callable returning epoch seconds.
+
+        ``fs`` appends (the POSIX filesystem adapter by default).
+        """
         self._path = Path(path)
         self._base = Path(base) if base is not None else self._path.parent.parent
         self._step = step
@@ -329,6 +357,11 @@ class RunLog:
 
             now = SystemClock().now
         self._now = now
+        if fs is None:
+            from .adapters.fs_posix import PosixFilesystem
+
+            fs = PosixFilesystem()
+        self._fs = fs
 
     @property
     def path(self) -> Path:
@@ -365,17 +398,14 @@ class RunLog:
             "step": self._step,
             "attempt_id": self._attempt_id,
         }
-        line = codec.encode(event)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Creates the file and its directories when missing; the first sync makes their names durable too.
+        appender = self._fs.open_appender(os.path.abspath(self._path))
         try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
+            appender.append(codec.encode(event))
             if self._durable:
-                os.fsync(fd)
+                appender.sync()
         finally:
-            os.close(fd)
+            appender.close()
         return event
 
     def read(self) -> list[dict[str, Any]]:

@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import codec
+from .adapters.fs_posix import PosixFilesystem
+from .adapters.process_groups import group_alive, signal_group
 from .domain.model import Failure, ValidationError, check_step
-from .fileio import atomic_write
 
 if TYPE_CHECKING:
     import subprocess
+
+    from .ports import Filesystem
 
 CONTEXT_FORMAT = "httk-workflow-attempt-context"
 PRIVATE_DIR = ".httk-job"
@@ -326,12 +329,16 @@ class JobState(MutableMapping[str, Any]):
     """The job's private JSON state, ``.httk-job/state.json`` inside the payload.
 
     Every read loads the file and every mutation is one atomic replace of the
-    whole document, so the state on disk is always a complete object.
+    whole document (through ``fs``, the POSIX filesystem adapter by default), so
+    the state on disk is always a complete object.
     """
 
-    def __init__(self, payload: str | os.PathLike[str], *, durable: bool = True) -> None:
+    def __init__(
+        self, payload: str | os.PathLike[str], *, durable: bool = True, fs: Filesystem | None = None
+    ) -> None:
         self._path = Path(payload) / PRIVATE_DIR / STATE_FILE
         self._durable = durable
+        self._fs = fs if fs is not None else PosixFilesystem()
 
     @property
     def path(self) -> Path:
@@ -406,7 +413,7 @@ class JobState(MutableMapping[str, Any]):
         return f"JobState({self.read()!r})"
 
     def _write(self, document: dict[str, Any]) -> None:
-        atomic_write(self._path, codec.encode(document), durable=self._durable)
+        self._fs.write_atomic(os.fspath(self._path), codec.encode(document), durable=self._durable)
 
     @staticmethod
     def _check_key(key: Any) -> None:
@@ -474,33 +481,6 @@ def _check_argv(argv: Any) -> tuple[str, ...]:
     return tuple(result)
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` has a member that is not a zombie."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # killpg also reaches zombies whose new parent has not reaped them yet; they
-    # hold no resources and cannot run, so /proc decides when it is available.
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
 def _terminate_group(
     process: subprocess.Popen[bytes],
     grace: float,
@@ -508,20 +488,14 @@ def _terminate_group(
     sleep: Callable[[float], None],
 ) -> None:
     pgid = process.pid
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+    signal_group(pgid, signal.SIGTERM)
     deadline = monotonic() + grace
     while True:
         process.poll()  # reap the leader so it does not keep the group alive as a zombie
         if not group_alive(pgid):
             break
         if monotonic() >= deadline:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            signal_group(pgid, signal.SIGKILL)
             break
         sleep(0.02)
     process.wait()

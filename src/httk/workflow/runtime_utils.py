@@ -7,9 +7,11 @@ the Python and Bash authoring parity table; the Bash functions call these.
 
 Invariants: nothing here evaluates code or starts a shell (expressions are
 interpreted from their ``ast`` by a whitelist); every file this module writes is
-published all-or-nothing (temp + rename), an existing output is never
-overwritten by compression, and a source is removed only after its output is
-complete. Refusals are ``ValueError`` (the Bash status 2), absent template
+published all-or-nothing through the POSIX filesystem adapter (temp, fsync,
+rename, fsync of the directory, as ``HTTK_WORKFLOW_DURABLE`` asks), an existing
+output is never overwritten by compression, and a source is removed only after
+its output is complete. The adapter is imported by the call that writes, so
+``httk_calc`` does not pay for it. Refusals are ``ValueError`` (the Bash status 2), absent template
 values ``KeyError`` (status 1).
 """
 
@@ -27,10 +29,13 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from httk.workflow import codec
-from httk.workflow.fileio import atomic_write, durable_from_env, fsync_dir
+from httk.workflow.runner_env import durable_from_env
+
+if TYPE_CHECKING:
+    from httk.workflow.adapters.fs_posix import PosixFilesystem
 
 Number = int | float
 
@@ -207,8 +212,14 @@ def render_template(
 
     rendered = _PLACEHOLDER.sub(substitute, text)
     if output is not None:
-        atomic_write(output, rendered.encode("utf-8"), durable=durable_from_env())
+        _filesystem().write_atomic(os.path.abspath(output), rendered.encode("utf-8"), durable=durable_from_env())
     return rendered
+
+
+def _filesystem() -> PosixFilesystem:
+    from httk.workflow.adapters.fs_posix import PosixFilesystem
+
+    return PosixFilesystem()
 
 
 def _lookup(document: Any, dotted: str) -> Any:
@@ -311,37 +322,26 @@ def _plan(pairs: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
 
 
 def _publish(source: Path, target: Path, write: Callable[[IO[bytes]], None], remove: bool) -> None:
-    """Write ``target`` via a temp file, link it in without overwriting, then maybe drop ``source``."""
-    durable = durable_from_env()
+    """Write ``target`` via a temp file, rename it in without overwriting, then maybe drop ``source``."""
+    fs, durable = _filesystem(), durable_from_env()
+    final = os.path.abspath(target)  # the adapter syncs the directory a name is in: never ""
     temp = target.parent / f".{target.name}.tmp.{secrets.token_hex(6)}"
     stat = source.stat()
     try:
         with open(temp, "xb") as handle:
             write(handle)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
         os.chmod(temp, stat.st_mode & 0o7777)
         os.utime(temp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-        _link_no_replace(temp, target)
+        if durable:
+            fs.sync_tree(os.path.abspath(temp))
+        try:
+            fs.rename(os.path.abspath(temp), final, durable=durable)
+        except FileExistsError:
+            # The output appeared after the plan checked it: never replaced.
+            raise FileExistsError(f"{target}: output exists; refusing to overwrite it") from None
     finally:
         temp.unlink(missing_ok=True)
-    if durable:
-        fsync_dir(target.parent)
     if remove:
-        source.unlink()
+        fs.remove(os.path.abspath(source))
         if durable:
-            fsync_dir(source.parent)
-
-
-def _link_no_replace(temp: Path, target: Path) -> None:
-    # link(2) fails if the target appeared meanwhile, where rename(2) would silently replace it.
-    try:
-        os.link(temp, target)
-    except FileExistsError:
-        raise FileExistsError(f"{target}: output exists; refusing to overwrite it") from None
-    except OSError:
-        # Filesystems without hard links: fall back to check-then-rename.
-        if os.path.lexists(target):
-            raise FileExistsError(f"{target}: output exists; refusing to overwrite it") from None
-        os.rename(temp, target)
+            fs.fsync_dir(os.path.dirname(os.path.abspath(source)))

@@ -24,16 +24,17 @@ from typing import Any, overload
 
 from . import codec
 from .adapters.clock import SystemClock
+from .adapters.fs_posix import PosixFilesystem
 from .domain.model import (
-    JOIN_CONDITIONS,
     Failure,
     JobKey,
     ValidationError,
+    check_join_condition,
     check_placement,
+    check_priority,
     check_step,
     check_tag,
 )
-from .fileio import atomic_write
 from .outcome import (
     OUTCOME_FORMAT,
     OutcomeDraft,
@@ -45,6 +46,7 @@ from .outcome import (
     replay_workdir_batches,
     write_error,
 )
+from .ports import Filesystem
 from .protocol import JOB_FILE, PRIVATE_DIR, JobSpec, RunLog, parse_job_bytes
 from .runtime import AttemptContext, Children, ChildSpec, CommandResult, JobState, new_uuid, run_command
 
@@ -89,8 +91,9 @@ class Attempt:
         clock: Any = None,
         new_id: Callable[[], str] | None = None,
         environ: Mapping[str, str] | None = None,
+        fs: Filesystem | None = None,
     ) -> None:
-        """Bind explicit paths; ``steps=None`` skips the published-step check. Prefer :meth:`initialize`."""
+        """Bind explicit paths (prefer :meth:`initialize`); ``steps=None`` skips the published-step check."""
         self._context = context
         self._control = control
         self._payload = payload
@@ -101,8 +104,9 @@ class Attempt:
         self._clock = clock if clock is not None else SystemClock()
         self._new_id = new_id if new_id is not None else new_uuid
         self._environ = environ if environ is not None else os.environ
+        self._fs = fs if fs is not None else PosixFilesystem()
         self._job = parse_job_bytes((payload / JOB_FILE).read_bytes(), os.fspath(payload / JOB_FILE))
-        self._state = JobState(payload, durable=context.durable)
+        self._state = JobState(payload, durable=context.durable, fs=self._fs)
         self._log = RunLog(
             workdir / ".httk-runner" / "runlog.jsonl",
             base=workdir,
@@ -110,9 +114,10 @@ class Attempt:
             attempt_id=context.attempt_id,
             durable=context.durable,
             now=self._clock.now,
+            fs=self._fs,
         )
         self._children = Children(context.children)
-        self._draft = OutcomeDraft(control, durable=context.durable, new_id=self._new_id)
+        self._draft = OutcomeDraft(control, durable=context.durable, new_id=self._new_id, fs=self._fs)
         self._labels: list[str] = []
 
     @classmethod
@@ -140,7 +145,7 @@ class Attempt:
             steps=steps,
             environ=env,
         )
-        replay_workdir_batches(attempt.workdir, durable=context.durable)
+        replay_workdir_batches(attempt.workdir, durable=context.durable, fs=attempt._fs)
         return attempt
 
     # ------------------------------------------------------------------ reading
@@ -234,7 +239,7 @@ class Attempt:
         if not isinstance(document, Mapping):
             raise TypeError(f"declaration {name!r} must be a JSON object, got {type(document).__name__}")
         path = self._payload / PRIVATE_DIR / "declarations" / f"{name}.json"
-        atomic_write(path, codec.encode(dict(document)), durable=self._context.durable)
+        self._fs.write_atomic(os.fspath(path), codec.encode(dict(document)), durable=self._context.durable)
 
     def declaration(self, name: str) -> Any:
         """The observed declaration, else the one job.json declared, else ``None``."""
@@ -256,7 +261,7 @@ class Attempt:
     @contextlib.contextmanager
     def workdir_batch(self) -> Iterator[WorkdirBatch]:
         """Group workdir changes; leaving the block seals and applies them, an exception discards them."""
-        batch = WorkdirBatch(self._workdir, durable=self._context.durable, new_id=self._new_id)
+        batch = WorkdirBatch(self._workdir, durable=self._context.durable, new_id=self._new_id, fs=self._fs)
         try:
             yield batch
         except BaseException:
@@ -264,7 +269,7 @@ class Attempt:
             raise
         sealed = batch.seal()
         if sealed is not None:
-            apply_sealed_batch(self._workdir, sealed, durable=self._context.durable)
+            apply_sealed_batch(self._workdir, sealed, durable=self._context.durable, fs=self._fs)
 
     # ------------------------------------------------------------------ staging
 
@@ -279,8 +284,11 @@ class Attempt:
                 "submit it with data mode 'transactional'"
             )
 
-    def put(self, source: str | os.PathLike[str], destination: str) -> None:
-        """Stage one file or tree at ``destination`` of the job's data, applied when the outcome commits."""
+    def put(self, source: str | os.PathLike[str], destination: str) -> str:
+        """Stage one file or tree at ``destination`` of the job's data, applied when the outcome commits.
+
+        Returns the operation identifier (``op-0001``, ...) of the staged put.
+        """
         self._check_transactional("put")
         target = check_relative(destination, "destination")
         path = Path(source)
@@ -288,12 +296,12 @@ class Attempt:
             path = self._workdir / path
         if not path.exists():
             raise FileNotFoundError(f"put(): source {os.fspath(source)!r} does not exist ({path})")
-        self._draft.add_put(path, target)
+        return self._draft.add_put(path, target)
 
-    def remove(self, destination: str, missing_ok: bool = False) -> None:
-        """Stage the removal of ``destination`` from the job's data."""
+    def remove(self, destination: str, missing_ok: bool = False) -> str:
+        """Stage the removal of ``destination`` from the job's data; returns its operation identifier."""
         self._check_transactional("remove")
-        self._draft.add_remove(check_relative(destination, "destination"), bool(missing_ok))
+        return self._draft.add_remove(check_relative(destination, "destination"), bool(missing_ok))
 
     def _check_published_step(self, step: str, what: str) -> str:
         try:
@@ -381,8 +389,10 @@ class Attempt:
         """Run ``step`` next; ``state`` is merged into the job state before publication."""
         self._draft.check_open()
         self._check_published_step(step, "advance step")
-        if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
-            raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+        if priority is not None:
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+            check_priority(priority)  # the manager's outcome parser applies the same bound
         if state is not None:
             self._state.merge(state)
         self._publish("advance", {"next_step": step, "priority": priority})
@@ -399,17 +409,8 @@ class Attempt:
         self._check_published_step(step, "gather step")
         if on_impossible is not None:
             self._check_published_step(on_impossible, "gather on_impossible step")
-        if when not in JOIN_CONDITIONS:
-            raise ValueError(f"invalid join condition {when!r}: use one of {', '.join(JOIN_CONDITIONS)}")
-        if when == "at_least":
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ValueError(f"gather(when='at_least') needs count >= 1, got {count!r}")
-            if count > len(self._labels):
-                raise ValueError(f"gather(when='at_least', count={count}) but only {len(self._labels)} spawned")
-        elif count is not None:
-            raise ValueError(f"join condition {when!r} takes no count")
-        if not self._labels:
-            raise ValueError("gather() joins the children spawned on this attempt, and none were spawned")
+        # The manager validates a published join with this same rule (services/outcomes.py).
+        check_join_condition(when, count, children=len(self._labels))
         join = {
             "step": step,
             "when": when,
@@ -543,7 +544,8 @@ class Runner:
             )
             return 2
         attempt = Attempt.initialize(steps=self.steps)
-        record_runner_steps(attempt.payload, self._workflow, self.steps, durable=attempt.context.durable)
+        durable = attempt.context.durable
+        record_runner_steps(attempt.payload, self._workflow, self.steps, durable=durable, fs=attempt._fs)
         self._dispatch(attempt)
         return 0
 
@@ -571,6 +573,7 @@ class Runner:
                     "traceback": traceback.format_exc(),
                 },
                 durable=attempt.context.durable,
+                fs=attempt._fs,
             )
             raise
         if not attempt.published:
@@ -580,7 +583,9 @@ class Runner:
             attempt.fail("no_outcome", f"step {step!r} returned without publishing an outcome")
 
 
-def record_runner_steps(payload: Path, workflow: str, steps: frozenset[str] | set[str], *, durable: bool) -> bool:
+def record_runner_steps(
+    payload: Path, workflow: str, steps: frozenset[str] | set[str], *, durable: bool, fs: Filesystem | None = None
+) -> bool:
     """Write ``.httk-job/runner-steps.json`` unless it already holds these bytes; report whether it wrote."""
     data = codec.encode({"steps": sorted(steps), "workflow": workflow})
     path = payload / PRIVATE_DIR / RUNNER_STEPS_FILE
@@ -589,7 +594,7 @@ def record_runner_steps(payload: Path, workflow: str, steps: frozenset[str] | se
             return False
     except FileNotFoundError:
         pass
-    atomic_write(path, data, durable=durable)
+    (fs if fs is not None else PosixFilesystem()).write_atomic(os.fspath(path), data, durable=durable)
     return True
 
 

@@ -392,15 +392,17 @@ def cmd_workdir_apply(session: Session, args: list[str]) -> int:
 
 
 def cmd_put(session: Session, args: list[str]) -> int:
+    """Stage a put (``Attempt.put``) and print its operation identifier."""
     count_args(args, 2, 2, "httk_workflow_put SRC DEST")
-    session.attempt().put(absolute(args[0]), args[1])
+    session.emit(session.attempt().put(absolute(args[0]), args[1]))
     return EXIT_OK
 
 
 def cmd_remove(session: Session, args: list[str]) -> int:
+    """Stage a removal (``Attempt.remove``) and print its operation identifier."""
     options, positional = parse_options(args, flags=("missing-ok",))
     count_args(positional, 1, 1, "httk_workflow_remove DEST [--missing-ok]")
-    session.attempt().remove(positional[0], missing_ok=bool(options.get("missing-ok")))
+    session.emit(session.attempt().remove(positional[0], missing_ok=bool(options.get("missing-ok"))))
     return EXIT_OK
 
 

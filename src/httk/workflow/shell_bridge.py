@@ -89,8 +89,8 @@ def cmd_error(session: Session, args: list[str]) -> int:
     import shutil
     from pathlib import Path
 
-    from .fileio import durable_from_env
     from .outcome import DRAFT_PREFIX, write_error
+    from .runner_env import durable_from_env
 
     options, positional = parse_options(args, values=("step", "file", "line", "command", "status", "kind"))
     count_args(positional, 0, 0, "error --step S --status N --file F --line L --command C [--kind errexit|exit]")
@@ -166,8 +166,8 @@ _JOB_TEXTS = ("runner-source", "runner-sha256", "initial-step", "pool", "executo
 
 def cmd_job_prepare(session: Session, args: list[str]) -> int:
     """Write job.json (``prepare_job_payload``) from ``JobSpec`` options; print the payload directory."""
-    from .fileio import durable_from_env
     from .protocol import JobSpec, prepare_job_payload
+    from .runner_env import durable_from_env
 
     options, positional = parse_options(
         args,

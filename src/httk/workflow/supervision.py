@@ -17,7 +17,11 @@ atomically, and its ``exit_class`` is 0, 22 (nonzero exit), 124 (timeout) or
 protocol stops the run: a broken diagnostic is never silently ignored.
 
 All I/O is one ``selectors`` loop in the calling thread, so there are no
-threads to leak and every wait is bounded by ``poll_interval``.
+threads to leak and every wait is bounded by ``poll_interval``. Time comes from
+the clock adapter, group liveness and signals from
+:mod:`~httk.workflow.adapters.process_groups`, the report is published by the
+POSIX filesystem adapter; the parts are :mod:`~httk.workflow.line_splitter`,
+:mod:`~httk.workflow.followed_files` and :mod:`~httk.workflow.checker_protocol`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import os
 import selectors
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,21 +38,22 @@ from typing import Any
 import attrs
 
 from httk.workflow import codec
-from httk.workflow.fileio import atomic_write, durable_from_env
-from httk.workflow.supervision_parts import (
-    FORMAT_VERSION,
-    Checker,
-    Follower,
-    Lines,
-    exited,
-    forward,
-    group_alive,
-    parse_result,
-    signal_group,
-)
+from httk.workflow.adapters.clock import SystemClock
+from httk.workflow.adapters.fs_posix import PosixFilesystem
+from httk.workflow.adapters.process_groups import child_exited, group_alive, signal_group
+from httk.workflow.checker_protocol import EVENT_FORMAT, event_line, parse_result
+from httk.workflow.followed_files import FollowedFile
+from httk.workflow.line_splitter import LineSplitter
+from httk.workflow.ports import Clock
+from httk.workflow.runner_env import durable_from_env
 
-EVENT_FORMAT = "httk-workflow-checker-event"
+__all__ = [
+    "CHECKER_CLOSE_TIMEOUT", "EVENT_FORMAT", "EXIT_FAILED", "EXIT_STOPPED", "EXIT_SUCCEEDED", "EXIT_TIMEOUT",
+    "REPORT_FORMAT", "ProcessSupervisor", "SupervisedResult",
+]
+
 REPORT_FORMAT = "httk-workflow-process-report"
+REPORT_VERSION = 1
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_TIMEOUT, EXIT_STOPPED = 0, 22, 124, 125
 
@@ -73,6 +77,40 @@ class SupervisedResult:
     exit_class: int
     duration: float
     report: dict[str, Any] = attrs.field(eq=False, repr=False)
+
+
+class _Checker:
+    """One running checker: its pipes, the events not yet written, and the results read back."""
+
+    def __init__(self, name: str, argv: tuple[str, ...], process: subprocess.Popen[bytes]) -> None:
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        self.name, self.argv, self.process = name, argv, process
+        self.stdin, self.stdout, self.stderr = process.stdin, process.stdout, process.stderr
+        os.set_blocking(self.stdin.fileno(), False)
+        self.pending = bytearray()
+        self.lines = LineSplitter()
+        self.stderr_tail = bytearray()
+        self.results: list[dict[str, Any]] = []
+        self.continued = self.dropped = 0
+        self.writing = self.broken = self.closing = False
+        self.stdout_open = self.stderr_open = self.stdin_open = True
+        self.exit_seen = False
+
+
+def _signal(pgid: int, signum: int) -> None:
+    """Signal a group this run started; one that is gone, or no longer ours to signal, needs nothing."""
+    with contextlib.suppress(PermissionError):
+        signal_group(pgid, signum)
+
+
+def _forward(fd: int, data: bytes) -> None:
+    """Copy output to our own stdout/stderr, the destination when no file was named."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except OSError:
+            return  # our own stream is gone; the checkers still saw the line
 
 
 def _argv(value: Sequence[str | os.PathLike[str]], what: str) -> tuple[str, ...]:
@@ -135,20 +173,21 @@ class ProcessSupervisor:
 
         A program or checker that cannot start raises ``OSError`` once the report recording it is written.
         """
-        return _Session(self).run()
+        return _Session(self, SystemClock()).run()
 
 
 class _Session:
     """The state of one :meth:`ProcessSupervisor.run`."""
 
-    def __init__(self, config: ProcessSupervisor) -> None:
+    def __init__(self, config: ProcessSupervisor, clock: Clock) -> None:
         self.config = config
+        self.clock = clock
         self.selector = selectors.DefaultSelector()
-        self.followers = [Follower(name, config.cwd / name) for name in config.follow]
-        self.checkers: list[Checker] = []
+        self.followers = [FollowedFile(name, config.cwd / name) for name in config.follow]
+        self.checkers: list[_Checker] = []
         self.process: subprocess.Popen[bytes] | None = None
         self.sinks: dict[str, Any] = {}
-        self.splitters = {"stdout": Lines(), "stderr": Lines()}
+        self.splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
         self.errors: list[dict[str, str]] = []
         self.stopped_by: str | None = None
         self.stop: dict[str, Any] | None = None
@@ -156,7 +195,7 @@ class _Session:
         self.term_at: float | None = None
         self.returncode: int | None = None
         self.fed = 0  # bytes of events written to checkers: their progress through a backlog
-        self.started_at, self.start = time.time(), time.monotonic()
+        self.started_at, self.start = clock.now(), clock.monotonic()
         self.last_activity = self.start
 
     def run(self) -> SupervisedResult:
@@ -187,7 +226,7 @@ class _Session:
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 cwd=self.config.cwd, env=self.config.env, start_new_session=True, bufsize=0,
             )
-            checker = Checker(name, argv, process)
+            checker = _Checker(name, argv, process)
             self.checkers.append(checker)
             self.selector.register(checker.stdout, selectors.EVENT_READ, ("result", checker))
             self.selector.register(checker.stderr, selectors.EVENT_READ, ("complaint", checker))
@@ -222,13 +261,13 @@ class _Session:
         abandon_at: float | None = None
         while True:
             self._select(config.poll_interval)
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now - last_follow >= config.poll_interval:
                 last_follow = now
                 self._poll_followers()
             self._check_checkers()
             if not self.leader_exited:
-                if exited(process.pid):
+                if child_exited(process.pid):
                     self.leader_exited = True
                     if self.term_at is None and group_alive(process.pid):
                         self.stray = True
@@ -239,7 +278,7 @@ class _Session:
             overdue = self.term_at is not None and now >= self.term_at + config.kill_grace
             if alive and overdue and not self.killed:
                 self.killed = True
-                signal_group(process.pid, signal.SIGKILL)
+                _signal(process.pid, signal.SIGKILL)
             pipes_open = any(key.data[0] in self.splitters for key in self.selector.get_map().values())
             if self.leader_exited and not alive and not pipes_open:
                 return
@@ -292,8 +331,8 @@ class _Session:
             sink.write(data)
             sink.flush()
         else:
-            forward(1 if source == "stdout" else 2, data)
-        self.last_activity = time.monotonic()
+            _forward(1 if source == "stdout" else 2, data)
+        self.last_activity = self.clock.monotonic()
         for line in self.splitters[source].feed(data):
             self._event(source, line)
 
@@ -301,7 +340,7 @@ class _Session:
         for follower in self.followers:
             grew, lines = follower.poll()
             if grew:
-                self.last_activity = time.monotonic()
+                self.last_activity = self.clock.monotonic()
             for line in lines:
                 self._event(follower.name, line)
 
@@ -331,8 +370,8 @@ class _Session:
     def _terminate(self) -> None:
         assert self.process is not None
         if self.term_at is None:
-            self.term_at = time.monotonic()
-            signal_group(self.process.pid, signal.SIGTERM)
+            self.term_at = self.clock.monotonic()
+            _signal(self.process.pid, signal.SIGTERM)
 
     def _cleanup(self) -> None:
         """Make sure nothing started here survives, whatever ended the run."""
@@ -342,12 +381,12 @@ class _Session:
         process = self.process
         if process is not None and process.returncode is None:
             if not self.leader_exited or group_alive(process.pid):
-                signal_group(process.pid, signal.SIGKILL)
+                _signal(process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.returncode = process.wait(timeout=max(self.config.kill_grace, 1.0))
         for checker in self.checkers:
             if checker.process.poll() is None:
-                signal_group(checker.process.pid, signal.SIGKILL)
+                _signal(checker.process.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     checker.process.wait(timeout=1.0)
         for key in list(self.selector.get_map().values()):
@@ -362,16 +401,14 @@ class _Session:
     def _event(self, source: str, line: str) -> None:
         if not self.checkers:
             return
-        event = {"format": EVENT_FORMAT, "format_version": FORMAT_VERSION, "source": source, "line": line,
-                 "time": time.time()}
-        data = (codec.dumps(event) + "\n").encode("utf-8")
+        data = event_line(source, line, self.clock.now())
         for checker in self.checkers:
             if checker.stdin_open and not checker.broken:
                 checker.pending += data
                 if len(checker.pending) > _MAX_PENDING:
                     self._checker_error(checker, f"fell more than {_MAX_PENDING} bytes of events behind")
 
-    def _sync_writer(self, checker: Checker) -> None:
+    def _sync_writer(self, checker: _Checker) -> None:
         if not checker.stdin_open:
             return
         if checker.broken:
@@ -387,7 +424,7 @@ class _Session:
             checker.stdin_open = False
             checker.stdin.close()
 
-    def _write(self, checker: Checker) -> None:
+    def _write(self, checker: _Checker) -> None:
         try:
             written = os.write(checker.stdin.fileno(), checker.pending[:_READ_SIZE])
         except BlockingIOError:
@@ -402,7 +439,7 @@ class _Session:
         del checker.pending[:written]
         self.fed += written
 
-    def _results(self, checker: Checker, lines: list[str]) -> None:
+    def _results(self, checker: _Checker, lines: list[str]) -> None:
         for line in lines:
             if checker.broken or not line.strip():  # a broken checker's later output is not evidence
                 continue
@@ -417,11 +454,11 @@ class _Session:
                 checker.continued += 1
                 continue
             if len(checker.results) < _MAX_RESULTS:
-                checker.results.append({**result, "time": time.time()})
+                checker.results.append({**result, "time": self.clock.now()})
             else:
                 checker.dropped += 1
 
-    def _checker_error(self, checker: Checker, message: str) -> None:
+    def _checker_error(self, checker: _Checker, message: str) -> None:
         if checker.broken:
             return  # its first error is the one that explains the stop
         self.errors.append({"source": f"checker:{checker.name}", "message": message})
@@ -441,11 +478,11 @@ class _Session:
     def _close_checkers(self) -> None:
         for checker in self.checkers:
             checker.closing = True
-        deadline, fed = time.monotonic() + CHECKER_CLOSE_TIMEOUT, self.fed
+        deadline, fed = self.clock.monotonic() + CHECKER_CLOSE_TIMEOUT, self.fed
         while any(c.stdout_open or c.stderr_open or c.stdin_open for c in self.checkers):
             if self.fed != fed:  # a slow checker still working through its backlog is not stuck
-                deadline, fed = time.monotonic() + CHECKER_CLOSE_TIMEOUT, self.fed
-            if time.monotonic() >= deadline:
+                deadline, fed = self.clock.monotonic() + CHECKER_CLOSE_TIMEOUT, self.fed
+            if self.clock.monotonic() >= deadline:
                 for checker in self.checkers:
                     if checker.stdout_open or checker.stdin_open:
                         self._checker_error(checker, f"did not finish within {CHECKER_CLOSE_TIMEOUT} s")
@@ -453,7 +490,7 @@ class _Session:
             self._select(self.config.poll_interval)
         for checker in self.checkers:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                checker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                checker.process.wait(timeout=max(0.0, deadline - self.clock.monotonic()))
             if checker.process.returncode is None and not checker.broken:
                 self._checker_error(checker, f"did not exit within {CHECKER_CLOSE_TIMEOUT} s")
         self._check_checkers()
@@ -471,9 +508,9 @@ class _Session:
             status, exit_class = "succeeded", EXIT_SUCCEEDED
         else:
             status, exit_class = "failed", EXIT_FAILED
-        duration = time.monotonic() - self.start
+        duration = self.clock.monotonic() - self.start
         report = {
-            "format": REPORT_FORMAT, "format_version": FORMAT_VERSION,
+            "format": REPORT_FORMAT, "format_version": REPORT_VERSION,
             "argv": list(config.argv), "cwd": os.fspath(config.cwd),
             "returncode": self.returncode, "timed_out": self.stopped_by == "timeout",
             "stopped_by": self.stopped_by, "status": status, "exit_class": exit_class,
@@ -490,7 +527,7 @@ class _Session:
             ],
             "errors": self.errors,
         }
-        atomic_write(config.report_path, codec.encode(report), durable=durable_from_env())
+        PosixFilesystem().write_atomic(os.fspath(config.report_path), codec.encode(report), durable=durable_from_env())
         return SupervisedResult(
             argv=config.argv, returncode=self.returncode, timed_out=report["timed_out"],
             stopped_by=self.stopped_by, status=status, exit_class=exit_class, duration=duration,

@@ -89,10 +89,23 @@ class Workspace:
         )
 
     def submit(
-        self, payload: str | os.PathLike[str], placement: str, *, move: bool = False, tag: str | None = None
+        self,
+        payload: str | os.PathLike[str],
+        placement: str,
+        *,
+        move: bool = False,
+        tag: str | None = None,
+        allow_missing_runner: bool = False,
     ) -> Marker:
-        """Submit a prepared payload at ``placement``; returns the job's marker."""
-        result: Submitted = submit(self._handle, _absolute(payload, self._ports), placement, move=move, tag=tag)
+        """Submit a prepared payload at ``placement``; returns the job's marker.
+
+        Refused (``SubmissionError``, nothing written) like ``job submit``; ``allow_missing_runner``
+        accepts a pinned workspace runner the store lacks, as ``--allow-missing-runner`` does.
+        """
+        result: Submitted = submit(
+            self._handle, _absolute(payload, self._ports), placement, move=move, tag=tag,
+            allow_missing_runner=allow_missing_runner,
+        )
         return result.marker
 
 

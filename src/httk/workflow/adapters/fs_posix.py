@@ -15,7 +15,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import secrets
 import shutil
 import stat
 import sys
@@ -23,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from httk.workflow.ports import Entry, FileStat
+from httk.workflow.ports import DOCUMENT_LIMIT, DocumentTooLarge, Entry, FileStat, NotRegularFile
 
 T = TypeVar("T")
 
@@ -49,15 +48,88 @@ def _load_renameat2() -> Callable[..., int] | None:
 _RENAMEAT2 = _load_renameat2()
 
 
+#: Open one name of a walk: a link itself is opened, not followed (``O_PATH`` where Linux has it, so
+#: neither read permission nor a FIFO's open can get in the way).
+_WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK) | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _components_below(root: str, path: str) -> list[str]:
+    """The names leading from ``root`` to ``path``; ``ValueError`` when ``path`` is not below ``root``."""
+    base = os.path.normpath(root).rstrip("/")
+    if path.rstrip("/") == base:
+        return []
+    if not path.startswith(f"{base}/"):
+        raise ValueError(f"{path} is not below {root}")
+    parts = [part for part in path[len(base) + 1 :].split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{path}: '..' is not allowed below {root}")
+    return parts
+
+
 def _temp_sibling(path: str) -> str:
     """``<dir>/.<basename>.tmp.<random hex>``: hidden, unique, in the same directory as ``path``."""
     directory, name = os.path.split(path)
-    return os.path.join(directory, f".{name}.tmp.{secrets.token_hex(8)}")
+    # os.urandom, not secrets: the same kernel randomness without importing hmac and random at runner start-up.
+    return os.path.join(directory, f".{name}.tmp.{os.urandom(8).hex()}")
 
 
 def _os_error(code: int, path: str, other: str | None = None) -> OSError:
     """An ``OSError`` of the subclass Python maps ``code`` to (FileExistsError, ...)."""
     return OSError(code, os.strerror(code), path, None, other)
+
+
+def _kind_of(mode: int) -> str:
+    """What a non-regular file is, in the words of a refusal."""
+    for test, word in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _open_regular(path: str, *, follow: bool) -> tuple[int, int]:
+    """(descriptor, size) of a regular file, opened without blocking; else :class:`NotRegularFile`.
+
+    ``O_NONBLOCK`` makes the open of a FIFO return at once (and is harmless on a
+    regular file); ``fstat`` on the descriptor then judges the very file opened.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP and not follow:
+            raise NotRegularFile(path, "is a symbolic link, not a regular file") from None
+        if error.errno == errno.ENXIO:  # opening a socket (or a FIFO without a writer, for O_WRONLY)
+            raise NotRegularFile(path, f"is {_kind_of(os.lstat(path).st_mode)}, not a regular file") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(path, f"is {_kind_of(info.st_mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
+
+
+def _read_at(fd: int, offset: int, length: int) -> bytes:
+    """Up to ``length`` bytes at ``offset`` (``pread`` until end of file or ``length``)."""
+    chunks: list[bytes] = []
+    remaining = length
+    while remaining > 0:
+        chunk = os.pread(fd, min(remaining, 1 << 20), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -135,20 +207,28 @@ class PosixFilesystem:
         with open(path, "rb") as handle:
             return handle.read()
 
-    def read_range(self, path: str, offset: int, length: int) -> bytes:
-        """Up to ``length`` bytes at ``offset``; shorter at end of file."""
-        fd = os.open(path, os.O_RDONLY)
+    def read_document(self, path: str, limit: int | None = DOCUMENT_LIMIT) -> bytes:
+        """The bytes of a regular file at ``path`` (final symlink refused, never blocking), at most ``limit``."""
+        fd, size = _open_regular(path, follow=False)
         try:
-            chunks: list[bytes] = []
-            remaining = length
-            while remaining > 0:
-                chunk = os.pread(fd, remaining, offset)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                offset += len(chunk)
-                remaining -= len(chunk)
-            return b"".join(chunks)
+            if limit is not None and size > limit:
+                raise DocumentTooLarge(path, f"is {size} bytes, more than the {limit}-byte bound of a document")
+            # One byte past the bound tells a file that grew since fstat from one that did not.
+            data = _read_at(fd, 0, sys.maxsize if limit is None else limit + 1)
+            if limit is not None and len(data) > limit:
+                raise DocumentTooLarge(path, f"grew past the {limit}-byte bound of a document while being read")
+            return data
+        finally:
+            os.close(fd)
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset`` of a regular file; shorter at end of file."""
+        if offset < 0 or length < 0:
+            raise _os_error(errno.EINVAL, path)
+        fd, size = _open_regular(path, follow=True)
+        try:
+            # Never ask for more than the file holds: a bogus length must not allocate its size.
+            return _read_at(fd, offset, max(0, min(length, size - offset)))
         finally:
             os.close(fd)
 
@@ -188,6 +268,7 @@ class PosixFilesystem:
             is_file=stat.S_ISREG(result.st_mode),
             is_symlink=stat.S_ISLNK(result.st_mode),
             mode=stat.S_IMODE(result.st_mode),
+            device=result.st_dev,
         )
 
     def exists(self, path: str) -> bool:
@@ -197,6 +278,37 @@ class PosixFilesystem:
     def readlink(self, path: str) -> str:
         """The target a symlink points at; ``OSError`` (EINVAL) if ``path`` is not a symlink."""
         return os.readlink(path)
+
+    def find_symlink(self, root: str, path: str) -> str | None:
+        """The first link on the way from ``root`` to ``path``; each name is opened at its parent, never followed."""
+        parts = _components_below(root, path)
+        try:
+            fd = os.open(root, (_WALK_FLAGS & ~os.O_NOFOLLOW) | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        current = os.path.normpath(root).rstrip("/")
+        try:
+            for part in parts:
+                current = f"{current}/{part}"
+                try:
+                    child = os.open(part, _WALK_FLAGS, dir_fd=fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    return None
+                except OSError as error:
+                    if error.errno == errno.ELOOP:  # no O_PATH: the open refused the link itself
+                        return current
+                    raise
+                os.close(fd)
+                fd = child
+                # fstat judges the very name opened, so a swap after the open cannot mislead it.
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISLNK(mode):
+                    return current
+                if not stat.S_ISDIR(mode):
+                    return None
+            return None
+        finally:
+            os.close(fd)
 
     def write_atomic(self, path: str, data: bytes, *, durable: bool) -> None:
         """Publish ``data`` at ``path`` all-or-nothing, replacing any previous file."""
@@ -376,6 +488,10 @@ class PosixFilesystem:
             shutil.rmtree(path, onexc=tolerate_vanished)
         else:
             shutil.rmtree(path, onerror=lambda fn, failed, info: tolerate_vanished(fn, failed, info[1]))
+
+    def symlink(self, target: str, path: str) -> None:
+        """Create the link ``path`` -> ``target`` (the parent must exist); ``FileExistsError`` if taken."""
+        os.symlink(target, path)
 
     def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
         """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once."""

@@ -1,7 +1,9 @@
 """Local processes on Linux: launching runners behind the launch gate, identifying and signalling them.
 
 Owns :class:`LocalProcessControl` (the :class:`~httk.workflow.ports.ProcessControl`
-adapter) and :class:`GatedProcess` (its :class:`~httk.workflow.ports.LaunchedProcess`).
+adapter) and :class:`GatedProcess` (its :class:`~httk.workflow.ports.LaunchedProcess`);
+reading ``/proc`` and signalling process groups is :mod:`~httk.workflow.adapters.process_groups`,
+which the runner side uses too.
 
 Invariant (spec, "Runner contract"): a runner executes only after the manager has
 recorded its identity, committed the ``running`` marker and released the one-byte
@@ -24,6 +26,8 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 
+from httk.workflow.adapters import process_groups
+from httk.workflow.adapters.process_groups import read_stat
 from httk.workflow.ports import ProcessIdentity
 
 GATE_CLOSED_STATUS = 125
@@ -39,20 +43,6 @@ _RESET_SIGNALS = tuple(
     for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ", "SIGCHLD", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
     if hasattr(signal, name)
 )
-
-
-def _read_stat(pid: int) -> tuple[str, int, int, int] | None:
-    """(state, ppid, pgrp, start_ticks) from ``/proc/<pid>/stat``; ``None`` if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    if b")" not in raw:
-        return None  # vanished while being read
-    # comm (field 2) may contain spaces and ')': the fields resume after the last ')'.
-    fields = raw[raw.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
 
 
 def _decode_status(status: int) -> int:
@@ -257,7 +247,7 @@ class LocalProcessControl:
         except BaseException:
             os.close(gate_w)
             raise
-        stat = _read_stat(pid)
+        stat = read_stat(pid)
         identity = ProcessIdentity(self.hostname(), pid, stat[3] if stat else None, pid)
         process = GatedProcess(identity, gate_w, pidfd)
         self._children[pid] = process
@@ -278,7 +268,7 @@ class LocalProcessControl:
         """``None`` off this host; ``False`` if gone, reused or a zombie (reaped if ours)."""
         if identity.host != self.hostname():
             return None
-        stat = _read_stat(identity.pid)
+        stat = read_stat(identity.pid)
         if stat is None:
             return False
         state, ppid, _, start_ticks = stat
@@ -318,41 +308,15 @@ class LocalProcessControl:
 
     def signal_group(self, pgid: int, signum: int) -> bool:
         """``killpg``; ``False`` when the group no longer exists."""
-        self._check_group(pgid)
-        try:
-            os.killpg(pgid, signum)
-        except ProcessLookupError:
-            return False
-        return True
+        return process_groups.signal_group(pgid, signum)
 
     def group_alive(self, pgid: int) -> bool:
         """Whether any non-zombie member of the group remains (verifies a cancelled group is gone)."""
-        self._check_group(pgid)
+        process_groups.check_signallable(pgid)
         for child in list(self._children.values()):
             if child.identity.pgid == pgid:
-                child.poll()
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # exists, owned by someone else
-        # Orphaned zombies linger where PID 1 does not reap; they can no longer write anything.
-        try:
-            pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-        except OSError:
-            return True
-        for pid in pids:
-            stat = _read_stat(pid)
-            if stat is not None and stat[2] == pgid and stat[0] not in ("Z", "X"):
-                return True
-        return False
-
-    @staticmethod
-    def _check_group(pgid: int) -> None:
-        # killpg(0) or our own group would signal the manager itself.
-        if pgid <= 1 or pgid == os.getpgrp():
-            raise ValueError(f"refusing to signal process group {pgid}")
+                child.poll()  # our own exited child is reaped here, not left as a zombie member
+        return process_groups.group_alive(pgid)
 
 
 def wait_any(processes: Sequence[GatedProcess], timeout: float) -> None:

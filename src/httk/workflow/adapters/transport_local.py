@@ -3,16 +3,19 @@
 Runs an argument vector with ``subprocess`` (never a shell), so the ``local`` and
 ``local-slurm`` remotes behave like an SSH remote that happens to be here; put and
 get are plain file copies. A missing program is exit status 127, as a shell on
-the far side of an SSH connection reports it, so callers see one behaviour.
+the far side of an SSH connection reports it, so callers see one behaviour;
+``stream`` hands the output on as it arrives, like the SSH transport.
 Spec: 000 "Running on a remote".
 """
 
 from __future__ import annotations
 
 import os
+import selectors
 import shutil
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from ..ports import CommandResult, TransportError
 
@@ -49,6 +52,51 @@ class LocalTransport:
         except subprocess.TimeoutExpired:
             raise TransportError(f"local: {argv[0]} did not finish within {timeout:g} s") from None
         return CommandResult(done.returncode, done.stdout, done.stderr)
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        out: Callable[[bytes], None],
+        err: Callable[[bytes], None],
+        timeout: float | None = None,
+    ) -> int:
+        """Run ``argv`` with an empty stdin, handing its output to ``out``/``err`` as it arrives."""
+        if not argv:
+            raise TransportError("local: empty command")
+        try:
+            process = subprocess.Popen(
+                list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.cwd
+            )
+        except FileNotFoundError as error:
+            if self.cwd is not None and error.filename == self.cwd:
+                raise TransportError(f"local: working directory {self.cwd} does not exist") from None
+            err(f"{argv[0]}: command not found\n".encode())
+            return 127
+        except PermissionError:
+            err(f"{argv[0]}: permission denied\n".encode())
+            return 126
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sinks = {process.stdout: out, process.stderr: err}
+        with selectors.DefaultSelector() as selector, process:
+            for pipe in sinks:
+                selector.register(pipe, selectors.EVENT_READ)
+            try:
+                while selector.get_map():
+                    wait = None if deadline is None else deadline - time.monotonic()
+                    if wait is not None and wait <= 0:
+                        raise TransportError(f"local: {argv[0]} did not finish within {timeout:g} s")
+                    for key, _events in selector.select(wait):
+                        data = os.read(key.fd, 1 << 16)
+                        if data:
+                            sinks[key.fileobj](data)  # type: ignore[index]
+                        else:
+                            selector.unregister(key.fileobj)
+            except BaseException:
+                # A timeout, a closed pipe on our side or an interrupt: the command must not run on unseen.
+                process.kill()
+                raise
+            return process.wait()
 
     def put(self, local: str, remote: str) -> None:
         """Copy one file (mode included)."""

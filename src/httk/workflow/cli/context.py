@@ -56,8 +56,8 @@ class AppContext:
         # Decided from the text alone, before any local file is looked at (a local path with a colon: ./a:b).
         if split_reference(reference) is not None:
             raise WorkspaceError(
-                f"{reference}: this command works on local workspaces only; on a remote, use "
-                "'workspace init|status|policy|settings' or 'run' (remotes: 'httk workflow remote list')"
+                f"{reference}: this command works on local workspaces only; run it on the remote itself, or "
+                "'transfer' the jobs here (remotes: 'httk workflow remote list')"
             )
         looks_like_path = "/" in reference or reference in (".", "..") or os.path.exists(reference)
         if not looks_like_path:

@@ -16,6 +16,7 @@ from ..services.manager import ManagerConfig
 from ..services.submission import submit
 from .context import AppContext, pass_app
 from .job_cmds import job, split_workspace
+from .remote_refs import LocalPaths, remote_aware
 
 DEBUG_EXIT = """\b
 Exit status:
@@ -32,6 +33,8 @@ Exit status:
 @click.option("--follow-children", is_flag=True, help="Also drive the children a waiting job spawned, then resume it.")
 @click.option("--log-level", default="error", show_default=True, help="The private manager's console log level.")
 @pass_app
+@remote_aware(("job", "debug"), "args", trailing=1, local_paths=[LocalPaths("args", index=-1, kind="payload")],
+              unbounded=True)
 def debug(
     app: AppContext, args: tuple[str, ...], step: str | None, placement: str, follow_children: bool, log_level: str
 ) -> None:

@@ -15,6 +15,7 @@ from ..services import diagnosis, inspection
 from ..services import precheck as readiness
 from .context import AppContext, pass_app
 from .job_cmds import JSON_OPTION, job, split_workspace
+from .remote_refs import remote_aware
 from .render import EXIT_CODES, emit_json
 from .workspace_cmds import WORKSPACE_ARG, workspace
 
@@ -23,6 +24,7 @@ from .workspace_cmds import WORKSPACE_ARG, workspace
 @click.argument("args", nargs=-1, metavar="[WORKSPACE] JOB")
 @JSON_OPTION
 @pass_app
+@remote_aware(("job", "why"), "args", trailing=1)
 def why(app: AppContext, args: tuple[str, ...], as_json: bool) -> None:
     """Answer "why is this job not running?" for its current state."""
     workspace_path, selector = split_workspace(click.get_current_context(), args, "JOB")
@@ -41,6 +43,7 @@ def why(app: AppContext, args: tuple[str, ...], as_json: bool) -> None:
 @WORKSPACE_ARG
 @JSON_OPTION
 @pass_app
+@remote_aware(("workspace", "managers"))
 def managers(app: AppContext, workspace: str | None, as_json: bool) -> None:
     """One line per registered manager, live or stale, with what it serves."""
     handle = app.open_workspace(workspace)
@@ -67,6 +70,7 @@ def managers(app: AppContext, workspace: str | None, as_json: bool) -> None:
 @click.option("--runner-search-path", "search_paths", multiple=True, help="Roots for installed runner references.")
 @JSON_OPTION
 @pass_app
+@remote_aware(("precheck",))
 def precheck(app: AppContext, workspace: str | None, search_paths: tuple[str, ...], as_json: bool) -> None:
     """Read-only readiness report for pending jobs: runner references and claimability by live managers.
 
@@ -77,7 +81,8 @@ def precheck(app: AppContext, workspace: str | None, search_paths: tuple[str, ..
       2  refused (bad usage, not a workspace)
     """
     handle = app.open_workspace(workspace)
-    report = readiness.precheck(handle, search_paths=[app.absolute(path) for path in search_paths])
+    report = readiness.precheck(handle, uid=app.container.process().uid(),
+                                search_paths=[app.absolute(path) for path in search_paths])
     if as_json:
         emit_json(report)
     else:
@@ -98,6 +103,7 @@ def precheck(app: AppContext, workspace: str | None, search_paths: tuple[str, ..
 @click.option("--placement", help="Only jobs at or below this placement.")
 @click.option("--raw", is_flag=True, help="Stream the stored JobRecord documents instead of summaries.")
 @pass_app
+@remote_aware(("collect",))
 def collect(app: AppContext, workspace: str | None, kinds: tuple[str, ...], placement: str | None, raw: bool) -> None:
     """Stream one JSON object per job: CollectedJob summaries, or JobRecords with --raw.
 

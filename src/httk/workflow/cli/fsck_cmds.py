@@ -10,6 +10,7 @@ import click
 from ..services.fsck import Fsck
 from ..services.gc import GarbageCollector
 from .context import AppContext, pass_app
+from .remote_refs import remote_aware
 from .render import emit_json
 from .workspace_cmds import JSON_OPTION, WORKSPACE_ARG, workspace
 
@@ -22,16 +23,28 @@ Exit status:
 
 @workspace.command("fsck", epilog=FSCK_EXIT)
 @WORKSPACE_ARG
-@click.option("--repair", is_flag=True, help="Re-point damaged markers at the last good frame of their job.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Re-point damaged markers at the last good frame of their job, restore missing markers from the journal, "
+    "and respell misspelt marker names.",
+)
 @click.option(
     "--quarantine-unrepairable",
     is_flag=True,
-    help="With --repair: move markers with no readable older frame into .httk-workflow/quarantine/.",
+    help="With --repair: move markers with no readable older frame, and whatever holds a marker name without "
+    "being an empty file (directory, symlink, FIFO, bytes), into .httk-workflow/quarantine/; the latter's marker "
+    "is then restored.",
 )
 @JSON_OPTION
 @pass_app
+@remote_aware(("workspace", "fsck"))
 def fsck(app: AppContext, workspace: str | None, repair: bool, quarantine_unrepairable: bool, as_json: bool) -> None:
-    """Verify that every state marker resolves to its journal frame; nothing is written without --repair."""
+    """Verify that every job has one marker that resolves to its journal frame; nothing is written without --repair.
+
+    Safe against a live workspace: a suspected duplicate or missing marker is read
+    again, within the visibility deadline, before it is reported.
+    """
     if quarantine_unrepairable and not repair:
         raise click.UsageError("--quarantine-unrepairable needs --repair")
     handle = app.open_workspace(workspace)
@@ -53,6 +66,7 @@ def fsck(app: AppContext, workspace: str | None, repair: bool, quarantine_unrepa
 @click.option("--dry-run", is_flag=True, help="List what would be collected; remove nothing.")
 @JSON_OPTION
 @pass_app
+@remote_aware(("workspace", "gc"))
 def gc(app: AppContext, workspace: str | None, dry_run: bool, as_json: bool) -> None:
     """Collect aged attempt control directories, trash and journal history under policy.retention.
 

@@ -17,6 +17,7 @@ from ..domain.lifecycle import StateKind
 from ..services import inspection
 from ..services.submission import submit as submit_payload
 from .context import AppContext, pass_app
+from .remote_refs import LocalPaths, remote_aware
 from .render import (
     EXIT_CODES,
     EXIT_NEEDS_OPERATOR,
@@ -51,13 +52,36 @@ def split_workspace(ctx: click.Context, args: Sequence[str], what: str) -> tuple
 @click.option("--placement", required=True, help="Relative path below the workspace, e.g. project-a/00/17.")
 @click.option("--move", is_flag=True, help="Rename the payload into place (same filesystem) instead of copying.")
 @click.option("--tag", help="Tag for the job key (default: the tag in job.json, if any).")
+@click.option(
+    "--allow-missing-runner",
+    is_flag=True,
+    help="Accept a job whose pinned workspace runner is not in the store yet (publish it before the job runs).",
+)
 @JSON_OPTION
 @pass_app
-def submit(app: AppContext, args: tuple[str, ...], placement: str, move: bool, tag: str | None, as_json: bool) -> None:
-    """Submit a prepared payload directory and print the new job's key."""
+@remote_aware(("job", "submit"), "args", trailing=1,
+              local_paths=[LocalPaths("args", index=-1, kind="payload", required=True)])
+def submit(
+    app: AppContext,
+    args: tuple[str, ...],
+    placement: str,
+    move: bool,
+    tag: str | None,
+    allow_missing_runner: bool,
+    as_json: bool,
+) -> None:
+    """Submit a prepared payload directory and print the new job's key.
+
+    Nothing is written when the submission is refused: a placement too long for the
+    filesystem, --move across filesystems, or a pinned workspace runner the store lacks.
+    """
     workspace, payload = split_workspace(click.get_current_context(), args, "PAYLOAD")
     handle = app.open_workspace(workspace)
-    result = submit_payload(handle, app.absolute(payload), placement, move=move, tag=tag)
+    result = submit_payload(
+        handle, app.absolute(payload), placement, move=move, tag=tag, allow_missing_runner=allow_missing_runner
+    )
+    if result.warning:
+        click.echo(f"warning: {result.warning}", err=True)
     if as_json:
         marker = result.marker
         emit_json(
@@ -87,6 +111,7 @@ def submit(app: AppContext, args: tuple[str, ...], placement: str, move: bool, t
 @click.option("--placement", help="Only jobs at or below this placement (whole path components).")
 @JSON_OPTION
 @pass_app
+@remote_aware(("job", "list"))
 def list_jobs(
     app: AppContext, workspace: str | None, kinds: tuple[str, ...], placement: str | None, as_json: bool
 ) -> None:
@@ -109,6 +134,7 @@ def list_jobs(
 @click.argument("args", nargs=-1, metavar="[WORKSPACE] JOB")
 @JSON_OPTION
 @pass_app
+@remote_aware(("job", "show"), "args", trailing=1)
 def show(app: AppContext, args: tuple[str, ...], as_json: bool) -> None:
     """Show one job: state, budgets, steps, failure, join children and paths.
 
@@ -146,10 +172,7 @@ def _show_text(report: dict[str, Any]) -> None:
         ("step", report["step"]),
         ("initial step", report["initial_step"]),
         ("runner steps", ", ".join(report.get("runner_steps") or []) or None),
-        (
-            "last change",
-            f"{report.get('event')} at {timestamp(report.get('created_at'))}" if not damage else None,
-        ),
+        ("last change", _last_change(report)),
         ("pause requested", report.get("pause_requested")),
     ]
     if damage is not None:
@@ -181,11 +204,26 @@ def _show_text(report: dict[str, Any]) -> None:
     emit_pairs([(name, value) for name, value in report["paths"].items() if name != "workdir_exists"], "  ")
 
 
+def _last_change(report: dict[str, Any]) -> str:
+    """The newest transition, or why it cannot be known: the damage, and the command that checks it."""
+    fsck = "run 'httk workflow workspace fsck'"
+    if report["damage"] is not None:
+        return f"unknown: the state frame is unreadable ({report['damage']['code']}); {fsck}"
+    if report.get("event") is None:
+        # Generation 0 has no frame: job.json stands in for it, and it could not be read.
+        error = report["job_error"] or {"code": "unknown"}
+        return f"unknown: job.json, which defines generation 0, is unreadable ({error['code']}); {fsck}"
+    when = timestamp(report.get("created_at"))
+    # The implicit generation-0 frame (the submission) records no time.
+    return f"{report['event']} at {when}" if when != "-" else str(report["event"])
+
+
 @job.command("log", epilog=exit_codes_damage("state frame"))
 @click.argument("args", nargs=-1, metavar="[WORKSPACE] JOB")
 @click.option("--limit", type=click.IntRange(min=1), help="Show only the newest N state frames.")
 @JSON_OPTION
 @pass_app
+@remote_aware(("job", "log"), "args", trailing=1)
 def log(app: AppContext, args: tuple[str, ...], limit: int | None, as_json: bool) -> None:
     """Show one job's state frames, oldest first, one line each."""
     ctx = click.get_current_context()

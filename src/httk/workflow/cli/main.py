@@ -25,6 +25,8 @@ from .remote_cmds import remote  # also registers ``manager status``
 from .render import Group
 from .request_cmds import request as _request  # noqa: F401  (registers ``job request``)
 from .runner_cmds import runner
+from .transfer_cmds import transfer, transfer_remote
+from .workflow_cmds import workflow_group  # also registers ``job new``
 from .workspace_cmds import workspace
 
 
@@ -41,11 +43,13 @@ def workflow() -> None:
     """Filesystem-native workflow task manager: workspaces, jobs, runners, managers."""
 
 
-for _command in (workspace, job, runner, manager, remote, config):
+for _command in (workspace, job, runner, manager, remote, config, workflow_group):
     workflow.add_command(_command)
 workflow.add_command(run, "run")
 workflow.add_command(_precheck, "precheck")
 workflow.add_command(_collect, "collect")
+workflow.add_command(transfer, "transfer")
+workflow.add_command(transfer_remote, "transfer-remote")
 del _command
 
 

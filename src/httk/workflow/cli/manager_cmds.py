@@ -3,7 +3,9 @@
 One command object serves both spellings (and ``httk-taskmanager run``), so
 their options can never drift apart. The command only builds a
 ``ManagerConfig`` from its options and returns the manager's own exit status;
-the composition root builds the manager. Spec: 000 "Run", "Scheduling".
+the composition root builds the manager. Without ``--workers`` the worker count
+is the workspace setting ``manager.workers`` (else 1), for a local manager as for
+one submitted to a remote. Spec: 000 "Run", "Scheduling", "Application settings".
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from ..domain.model import check_placement
+from ..domain.settings import resolve_workers
 from .context import AppContext, pass_app
 from .remote_refs import remote_aware
 from .render import EXIT_CODES_RUN, Group
@@ -21,7 +24,11 @@ from .render import EXIT_CODES_RUN, Group
 F = TypeVar("F", bound=Callable[..., Any])
 
 _OPTIONS: tuple[Callable[[Any], Any], ...] = (
-    click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Concurrent attempts."),
+    click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        help="Concurrent attempts (default: the workspace setting manager.workers, else 1).",
+    ),
     click.option(
         "--pool",
         "pools",
@@ -121,7 +128,8 @@ def run(app: AppContext, workspace: str | None, **options: Any) -> None:
 
     handle = app.open_workspace(workspace)
     config = ManagerConfig(
-        workers=options["workers"],
+        # The same rule as a remote manager's batch script: --workers, else manager.workers, else 1.
+        workers=resolve_workers(handle.settings(), options["workers"]),
         pools=tuple(options["pools"]) or ("default",),
         capabilities=tuple(options["capabilities"]),
         # Validated here because a prefix becomes a directory below every kind tree.

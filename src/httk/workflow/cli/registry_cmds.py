@@ -10,15 +10,21 @@ import click
 from ..services.diagnosis import managers
 from ..services.registry import RegistryError
 from .context import AppContext, pass_app
+from .remote_refs import remote_aware
 from .render import EXIT_CODES, emit_json
 from .workspace_cmds import JSON_OPTION, workspace
 
 
 @workspace.command("list", epilog=EXIT_CODES)
+@click.argument("remote", required=False, metavar="[REMOTE:]")
 @JSON_OPTION
 @pass_app
-def list_workspaces(app: AppContext, as_json: bool) -> None:
-    """This machine's registered workspace names and paths."""
+@remote_aware(("workspace", "list"), "remote", bare=True)
+def list_workspaces(app: AppContext, remote: str | None, as_json: bool) -> None:
+    """This machine's registered workspace names and paths; with REMOTE: (e.g. kappa:), that remote's."""
+    if remote is not None:
+        raise RegistryError(f"{remote}: expected a remote followed by a colon, e.g. 'kappa:' "
+                            "(see 'httk workflow remote list')")
     entries = app.registry.entries()
     chosen = app.registry.default() or "default"
     fs = app.container.fs()

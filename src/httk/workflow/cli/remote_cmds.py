@@ -10,17 +10,18 @@ on a remote".
 from __future__ import annotations
 
 import json
-import shlex
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from ..bootstrap import remote_adapters
 from ..ports import TransportError
+from ..services.remote_staging import ADAPTER_PATH
 from ..services.remotes import Remote, RemoteError, split_reference
 from .context import AppContext, pass_app
 from .manager_cmds import manager
-from .remote_refs import open_session, remote_registry
+from .remote_refs import RemoteSession, open_session, remote_registry
 from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
@@ -132,14 +133,20 @@ def remove(app: AppContext, name: str) -> None:
 
 @remote.command("check", epilog=EXIT_CODES_CHECK)
 @click.argument("name")
+@click.argument("workspace", required=False, metavar="[WORKSPACE]")
 @JSON_OPTION
 @pass_app
-def check(app: AppContext, name: str, as_json: bool) -> None:
-    """Check remote NAME: configuration, connection, httk there, batch commands, a writable workspace root."""
+def check(app: AppContext, name: str, workspace: str | None, as_json: bool) -> None:
+    """Check remote NAME: configuration, connection, httk there, batch commands, workspace filesystems.
+
+    WORKSPACE (a name or path there) is checked for being writable and for its free
+    space; without it, every workspace registered there is. One line per check, with
+    the fix.
+    """
     registry = remote_registry(app)
     item = registry.get(name)
-    checks, report = run_checks(app, item)
-    failed = [entry["name"] for entry in checks if entry["ok"] is False]
+    checks, report = run_checks(app, item, workspace)
+    failed = list(dict.fromkeys(entry["name"] for entry in checks if entry["ok"] is False))
     if as_json:
         emit_json({"remote": name, "ok": not failed, "checks": checks, "report": report})
     else:
@@ -151,63 +158,156 @@ def check(app: AppContext, name: str, as_json: bool) -> None:
         click.get_current_context().exit(1)
 
 
-def run_checks(app: AppContext, item: Remote) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The checks in order; later ones are not attempted once the connection fails."""
+#: ``sh -c PROBE httk-workflow PATH...``: per path one line ``EXISTS WORKSPACE WRITABLE FREE_KIB PATH``
+#: (tab-separated, 1/0); the probe file it writes is removed at once.
+PROBE = """for p do
+  e=0 ws=0 w=0 f=
+  if [ -d "$p" ]; then
+    e=1
+    [ -f "$p/.httk-workflow/format.json" ] && ws=1
+    d=$p/.httk-workflow/tmp; [ -d "$d" ] || d=$p
+    if (: > "$d/.httk-remote-check.$$") 2>/dev/null; then w=1; rm -f "$d/.httk-remote-check.$$"; fi
+    f=$(df -Pk "$p" 2>/dev/null | awk 'NR==2 {print $4}')
+  fi
+  printf '%s\\t%s\\t%s\\t%s\\t%s\\n' "$e" "$ws" "$w" "$f" "$p"
+done
+"""
+#: Below this much free space a workspace's check fails: attempts, journals and transfers need room.
+LOW_FREE_BYTES = 100 * 1024 * 1024
+
+Note = Callable[[str, "bool | None", str], None]
+
+
+def run_checks(
+    app: AppContext, item: Remote, workspace: str | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The checks in order, over one connection; later ones are not attempted once the connection fails."""
     checks: list[dict[str, Any]] = []
 
     def note(check_name: str, ok: bool | None, detail: str) -> None:
         checks.append({"name": check_name, "ok": ok, "detail": detail})
 
     missing = item.missing()
-    note("configuration", not missing, f"{', '.join(missing)} not set" if missing else "complete")
+    sets = " ".join(f"--set {key}=..." for key in missing)
+    note("configuration", not missing, f"{', '.join(missing)} not set; 'httk workflow remote configure {item.name} "
+                                       f"{sets}'" if missing else "complete")
     settings = item.settings
     if missing:
         return checks, None
     if not settings.get("check_connectivity", True):
         note("connect", None, "check_connectivity is off: the target was not contacted")
         return checks, None
-    transport, _batch = remote_adapters(app.container, item)
-    httk_command = shlex.split(str(settings.get("httk_command", "httk")))
-    argv = ["sh", "-s", "--", "--root", str(settings.get("workspace_root", "")), "--", *httk_command]
+    transport, batch = remote_adapters(app.container, item)
+    session = RemoteSession(item, transport, batch)
+    argv = ["sh", "-s", "--", "--root", str(settings.get("workspace_root", "")), "--", *session.httk_command]
+    # The adapter looks for httk where the forwarded commands do (PATH, then ~/.local/bin).
+    script = f"{ADAPTER_PATH}\n{remote_registry(app).adapter_script(item.template)}"
     try:
-        result = transport.run(argv, input=remote_registry(app).adapter_script(item.template),
-                               timeout=float(settings.get("command_timeout", 300)))
-    except TransportError as error:
-        note("connect", False, str(error))
-        return checks, None
+        try:
+            result = transport.run(argv, input=script, timeout=session.timeout)
+        except TransportError as error:
+            note("connect", False, str(error))
+            return checks, None
+        report = _last_json_line(result.stdout)
+        if report is None:
+            problem = result.stderr.strip()[:200] or "no output"
+            note("connect", False, f"the adapter printed no report (exit {result.returncode}): {problem}; "
+                                   "the login shell there must be able to run 'sh -s'")
+            return checks, None
+        note("connect", True, f"{getattr(transport, 'where', 'this machine')} (host {report.get('host')})")
+        httk_ok = _note_httk(note, item, report.get("httk", {}))
+        _note_batch(note, report.get("batch", {}))
+        root = report.get("workspace_root", {})
+        if root.get("writable"):
+            note("workspace_root", True, f"{root.get('path')} writable")
+        else:
+            state = "not writable" if root.get("exists") else "does not exist"
+            note("workspace_root", False, f"{root.get('path')} {state}; create it or set workspace_root "
+                                          f"('httk workflow remote configure {item.name} --set workspace_root=DIR')")
+        try:
+            _check_workspaces(note, session, workspace, httk_ok)
+        except (TransportError, RemoteError) as error:
+            note("workspace", False, str(error))
     finally:
         transport.close()
-    report = _last_json_line(result.stdout)
-    if report is None:
-        problem = result.stderr.strip()[:200] or "no output"
-        note("connect", False, f"the adapter printed no report (exit {result.returncode}): {problem}")
-        return checks, None
-    note("connect", True, f"{_where(item)} (host {report.get('host')})")
-    httk = report.get("httk", {})
-    here = _local_version()
-    if httk.get("version"):
-        note("httk", True, f"{httk.get('path')} version {httk['version']} (this machine: {here})")
-    elif httk.get("path"):
-        note("httk", False, f"{httk.get('path')} is there but '{httk.get('command')} --version' fails")
-    else:
-        note("httk", False, f"{httk.get('command')!r} not found there; install httk-workflow or set httk_command")
-    commands = report.get("batch", {}).get("commands", {})
-    absent = [command for command, path in commands.items() if not path]
-    batch_name = report.get("batch", {}).get("system")
-    note("batch", not absent, f"{batch_name}: " + (f"missing {', '.join(absent)}" if absent else
-                                                    f"{', '.join(commands)} found"))
-    root = report.get("workspace_root", {})
-    state = "writable" if root.get("writable") else ("not writable" if root.get("exists") else "does not exist")
-    note("workspace_root", bool(root.get("writable")), f"{root.get('path')} {state}")
     return checks, report
 
 
-def _where(item: Remote) -> str:
-    settings = item.settings
-    if item.template.transport != "ssh":
-        return "this machine"
-    user = f"{settings['username']}@" if settings.get("username") else ""
-    return f"{user}{settings.get('host')}:{settings.get('port', 22)}"
+def _note_httk(note: Note, item: Remote, httk: dict[str, Any]) -> bool:
+    here = _local_version()
+    configure = f"'httk workflow remote configure {item.name} --set httk_command=PATH'"
+    if httk.get("version"):
+        version = str(httk["version"])
+        differ = "" if version == here else (
+            "; the versions differ: forwarded commands need the same options on both sides, so upgrade the older")
+        note("httk", True, f"{httk.get('path')} version {version} (this machine: {here}){differ}")
+        return True
+    if httk.get("path"):
+        note("httk", False, f"{httk.get('path')} is there but '{httk.get('command')} --version' fails; reinstall "
+                            f"httk-workflow there or fix httk_command with {configure}")
+    else:
+        note("httk", False, f"{httk.get('command')!r} not found there; install httk-workflow there "
+                            f"('pipx install httk-workflow') or set httk_command with {configure}")
+    return False
+
+
+def _note_batch(note: Note, batch: dict[str, Any]) -> None:
+    commands = batch.get("commands", {})
+    absent = [command for command, path in commands.items() if not path]
+    if absent:
+        note("batch", False, f"{batch.get('system')}: missing {', '.join(absent)}; install the batch system's "
+                             "client commands there, or put them on the PATH an SSH command gets")
+    else:
+        note("batch", True, f"{batch.get('system')}: {', '.join(commands)} found")
+
+
+def _check_workspaces(note: Note, session: RemoteSession, workspace: str | None, httk_ok: bool) -> None:
+    """One ``workspace`` line per workspace named or registered there: writable, free space."""
+    remote = session.remote.name
+    if workspace is not None and ("/" in workspace or workspace in (".", "..")):
+        targets = {workspace: workspace}
+    elif not httk_ok:
+        if workspace is not None:
+            note("workspace", None, f"{workspace}: httk resolves the name there, and it is missing")
+        return
+    else:
+        rows = session.httk_json(["workflow", "workspace", "list", "--json"])
+        chosen = (lambda row: row["name"] == workspace) if workspace is not None else (lambda row: row["exists"])
+        targets = {str(row["name"]): str(row["path"]) for row in rows if chosen(row)}
+        if workspace is not None and not targets:
+            note("workspace", False, f"{workspace}: no workspace of that name is registered there; see "
+                                     f"'httk workflow workspace list {remote}:'")
+            return
+    if not targets:
+        return
+    result = session.transport.run(["sh", "-c", PROBE, "httk-workflow", *targets.values()], timeout=session.timeout)
+    probed = [line.split("\t", 4) for line in result.stdout.splitlines()]
+    init = f"'httk workflow workspace init {remote}:PATH'"
+    for (label, path), fields in zip(targets.items(), probed, strict=False):
+        exists, is_workspace, writable, free_kib = (fields + ["", "", "", ""])[:4]
+        head = path if label == path else f"{label} at {path}"
+        free = int(free_kib) * 1024 if free_kib.isdigit() else None
+        if exists != "1":
+            note("workspace", False, f"{head} does not exist; create it with {init}")
+        elif is_workspace != "1":
+            note("workspace", False, f"{head} is not a workspace; initialize it with {init}")
+        elif writable != "1":
+            note("workspace", False, f"{head} is not writable by the user {remote} logs in as; fix its permissions")
+        elif free is not None and free < LOW_FREE_BYTES:
+            note("workspace", False, f"{head} has only {_size(free)} free; make room there (for example "
+                                     f"'httk workflow workspace gc {remote}:{label}') or move the workspace")
+        else:
+            note("workspace", True, f"{head} writable, {_size(free) if free is not None else 'unknown space'} free")
+
+
+def _size(count: int) -> str:
+    """``count`` bytes for people: ``12.3 GiB``."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
 
 
 def _last_json_line(text: str) -> dict[str, Any] | None:

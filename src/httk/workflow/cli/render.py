@@ -120,10 +120,13 @@ def value_text(value: Any) -> str:
 
 
 def timestamp(value: Any) -> str:
-    """Epoch seconds as UTC ISO 8601; ``-`` when absent."""
+    """Epoch seconds as UTC ISO 8601; ``-`` when absent, and the number itself when no date can hold it."""
     if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
         return "-"
-    moment = datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+    try:
+        moment = datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):  # a frame's created_at of 1e308: shown, never a traceback
+        return f"{value!r} (out of range)"
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 

@@ -12,6 +12,7 @@ from ..services import inspection
 from ..services.requests import ACTIONS, publish_request
 from .context import AppContext, pass_app
 from .job_cmds import JSON_OPTION, job, split_workspace
+from .remote_refs import remote_aware
 from .render import EXIT_CODES, emit_json
 
 
@@ -23,13 +24,16 @@ from .render import EXIT_CODES, emit_json
 @click.option("--force", is_flag=True, help="override_step: publish even if the step is not a recorded runner step.")
 @JSON_OPTION
 @pass_app
+@remote_aware(("job", "request"), "args", trailing=2)
 def request(
     app: AppContext, args: tuple[str, ...], operator: str, reason: str, step: str | None, force: bool, as_json: bool
 ) -> None:
     """Ask the managers to pause, continue, cancel, or override_step a job.
 
     ACTION is one of pause, continue, cancel, override_step. The request captures the
-    job's current marker and applies only while the job is still in that state.
+    job's current marker and applies only while the job is still in that state, so a
+    request that cannot apply to that state (a pause of a finished job, a continue that
+    does not fit the retry budget, ...) is refused here and nothing is published.
     """
     ctx = click.get_current_context()
     if len(args) < 2:

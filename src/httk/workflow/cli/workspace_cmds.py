@@ -93,7 +93,10 @@ def status(app: AppContext, workspace: str | None, as_json: bool) -> None:
     rows = [[kind, count] for kind, count in report["counts"].items()]
     emit_table(["kind", "jobs"], [*rows, ["total", report["total"]]])
     for damage in report["damage"]:
-        click.echo(f"damage {damage['code']}: {damage['path']}: {damage['message']}")
+        job = f" job {damage['job']}" if damage.get("job") else ""
+        click.echo(f"damage {damage['code']}:{job} {damage['message']} ({damage['path']})")
+    if report["damage"]:
+        click.echo(f"{len(report['damage'])} damaged: run 'httk workflow workspace fsck {report['path']}'")
 
 
 # -- policy ------------------------------------------------------------------------------------
@@ -122,6 +125,8 @@ def parse_policy_value(key: str, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         refuse(f"policy {key}: value {text!r} is not JSON; quote it as JSON, e.g. '\"{text}\"' for a string")
+    except ValueError as error:  # an integer beyond the interpreter's digit limit
+        refuse(f"policy {key}: {str(error).split(';')[0]}")
 
 
 @policy.command("set", epilog=EXIT_CODES)
@@ -173,6 +178,8 @@ def parse_setting_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+    except ValueError as error:  # an integer beyond the interpreter's digit limit
+        refuse(f"setting value: {str(error).split(';')[0]}")
 
 
 @settings.command("set", epilog=EXIT_CODES)

@@ -2,10 +2,11 @@
 
 Owns the three budgets of a :class:`~httk.workflow.domain.model.RetryPolicy` —
 attempts per activation, total attempts, activations — and the codes a job fails
-with when one runs out. Invariant: no decision here ever lets a job start an
-attempt beyond ``maximum_total_attempts``, whatever started it (a retry, an
-advance, a satisfied join, an operator ``continue`` or ``override_step``).
-Spec: 000 "Inspect and control", "Inspecting jobs"; 001 "What an attempt publishes".
+with when one runs out. Every path that can lead to a new attempt asks the one
+rule :func:`may_start` (a claim, a retry, a takeover's relaunch, an advance, a
+satisfied join, an operator ``continue`` or ``override_step``), so no path can
+start an attempt beyond ``maximum_total_attempts``. Spec: 000 "Inspect and
+control", "Inspecting jobs"; 001 "What an attempt publishes".
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from httk.workflow.domain.frames import StateFrame
 from httk.workflow.domain.model import Failure, RetryPolicy
 
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"
@@ -41,6 +43,31 @@ class Counters:
     attempts_in_activation: int = attrs.field(validator=_non_negative)
     #: Attempts started over the job's whole life.
     total_attempts: int = attrs.field(validator=_non_negative)
+
+
+def counters_of(frame: StateFrame) -> Counters:
+    """The counters a state frame records (a job not yet registered counts as activation 1)."""
+    return Counters(
+        activation_ordinal=max(frame.activation_ordinal, 1),
+        attempts_in_activation=frame.attempt_ordinal,
+        total_attempts=frame.total_attempts,
+    )
+
+
+class Start(StrEnum):
+    """What would start the next attempt, which decides the budgets it is checked against."""
+
+    #: Another attempt of the current activation after one ended: a retry, a takeover's relaunch.
+    NEXT_ATTEMPT = "next_attempt"
+    #: The first attempt of a new activation: an advance, a satisfied join, ``override_step``.
+    NEW_ACTIVATION = "new_activation"
+    #: An operator's ``continue`` (of a failed or paused job), or ``override_step`` of a job no
+    #: manager registered yet: the operator's decision grants the activation a fresh
+    #: per-activation budget and consumes no further activation.
+    OPERATOR = "operator"
+    #: The claim that starts an attempt an earlier decision admitted: the total budget is
+    #: checked once more at the last moment, so nothing can start an attempt beyond it.
+    CLAIM = "claim"
 
 
 class Verdict(StrEnum):
@@ -93,19 +120,23 @@ def retry_wanted(policy: RetryPolicy, *, failure: Failure | None, explicit_retry
     return None
 
 
-def after_attempt(
-    policy: RetryPolicy, counters: Counters, *, failure: Failure | None, explicit_retry: bool
-) -> BudgetDecision:
-    """Whether another attempt of the current activation runs after an attempt ended unsuccessfully."""
-    why = retry_wanted(policy, failure=failure, explicit_retry=explicit_retry)
-    if why is None:
-        if failure is None:
-            reason = "no retry: the attempt asked for none and reported no failure"
-        else:
-            reason = f"no retry: failure {failure.code!r} is not retryable and not in retry_on"
-        return BudgetDecision(retry=False, failure_code=None, reason=reason)
+def may_start(policy: RetryPolicy, counters: Counters, start: Start) -> BudgetDecision:
+    """Whether an attempt may start under ``start`` given what ``counters`` already consumed.
+
+    The one budget rule: every path that leads to an attempt asks it. The total
+    budget binds every start; the per-activation budget binds only another attempt
+    of the same activation (a retry); the activation budget binds only a new activation.
+    """
+    if start == Start.NEW_ACTIVATION and not _within(policy.maximum_activations, counters.activation_ordinal):
+        return _exhausted(
+            ACTIVATIONS_EXHAUSTED,
+            "maximum_activations",
+            policy.maximum_activations,
+            counters.activation_ordinal,
+            "activations",
+        )
     per_activation = policy.maximum_attempts_per_activation
-    if not _within(per_activation, counters.attempts_in_activation):
+    if start == Start.NEXT_ATTEMPT and not _within(per_activation, counters.attempts_in_activation):
         return _exhausted(
             ATTEMPTS_EXHAUSTED,
             "maximum_attempts_per_activation",
@@ -121,6 +152,34 @@ def after_attempt(
             counters.total_attempts,
             "attempts in total",
         )
+    if start == Start.NEW_ACTIVATION:
+        reason = f"activation {counters.activation_ordinal + 1} fits the budgets"
+    elif start == Start.NEXT_ATTEMPT:
+        reason = f"attempt {counters.attempts_in_activation + 1} of activation {counters.activation_ordinal} fits"
+    else:  # OPERATOR and CLAIM: only the total budget binds
+        remaining = (
+            "unlimited"
+            if policy.maximum_total_attempts is None
+            else str(policy.maximum_total_attempts - counters.total_attempts)
+        )
+        reason = f"{remaining} attempts remain in the total budget"
+    return BudgetDecision(retry=True, failure_code=None, reason=reason)
+
+
+def after_attempt(
+    policy: RetryPolicy, counters: Counters, *, failure: Failure | None, explicit_retry: bool
+) -> BudgetDecision:
+    """Whether another attempt of the current activation runs after an attempt ended unsuccessfully."""
+    why = retry_wanted(policy, failure=failure, explicit_retry=explicit_retry)
+    if why is None:
+        if failure is None:
+            reason = "no retry: the attempt asked for none and reported no failure"
+        else:
+            reason = f"no retry: failure {failure.code!r} is not retryable and not in retry_on"
+        return BudgetDecision(retry=False, failure_code=None, reason=reason)
+    decision = may_start(policy, counters, Start.NEXT_ATTEMPT)
+    if not decision.retry:
+        return decision
     return BudgetDecision(
         retry=True,
         failure_code=None,
@@ -131,25 +190,7 @@ def after_attempt(
 
 def can_advance(policy: RetryPolicy, counters: Counters) -> BudgetDecision:
     """Whether a new activation (advance, satisfied join, ``override_step``) may start."""
-    if not _within(policy.maximum_activations, counters.activation_ordinal):
-        return _exhausted(
-            ACTIVATIONS_EXHAUSTED,
-            "maximum_activations",
-            policy.maximum_activations,
-            counters.activation_ordinal,
-            "activations",
-        )
-    if not _within(policy.maximum_total_attempts, counters.total_attempts):
-        return _exhausted(
-            ATTEMPTS_EXHAUSTED,
-            "maximum_total_attempts",
-            policy.maximum_total_attempts,
-            counters.total_attempts,
-            "attempts in total",
-        )
-    return BudgetDecision(
-        retry=True, failure_code=None, reason=f"activation {counters.activation_ordinal + 1} fits the budgets"
-    )
+    return may_start(policy, counters, Start.NEW_ACTIVATION)
 
 
 def continue_fits(policy: RetryPolicy, counters: Counters) -> BudgetDecision:
@@ -158,24 +199,10 @@ def continue_fits(policy: RetryPolicy, counters: Counters) -> BudgetDecision:
     The operator's decision grants the activation a fresh per-activation budget,
     so only ``maximum_total_attempts`` can refuse it.
     """
-    if not _within(policy.maximum_total_attempts, counters.total_attempts):
-        return _exhausted(
-            ATTEMPTS_EXHAUSTED,
-            "maximum_total_attempts",
-            policy.maximum_total_attempts,
-            counters.total_attempts,
-            "attempts in total",
-        )
-    remaining = (
-        "unlimited"
-        if policy.maximum_total_attempts is None
-        else str(policy.maximum_total_attempts - counters.total_attempts)
-    )
-    return BudgetDecision(
-        retry=True,
-        failure_code=None,
-        reason=f"continue fits: {remaining} attempts remain in the total budget",
-    )
+    decision = may_start(policy, counters, Start.OPERATOR)
+    if not decision.retry:
+        return decision
+    return attrs.evolve(decision, reason=f"continue fits: {decision.reason}")
 
 
 def _budget(limit: int | None, used: int) -> dict[str, Any]:
@@ -200,3 +227,17 @@ def describe(policy: RetryPolicy, counters: Counters) -> dict[str, Any]:
         "maximum_activations": _budget(policy.maximum_activations, counters.activation_ordinal),
         "retry_on": list(policy.retry_on),
     }
+
+
+def uncharged(counters: Counters) -> Counters:
+    """``counters`` with the attempt that was started last given back to both attempt budgets.
+
+    For an attempt that ended through no doing of the job's — its own manager
+    terminated it while draining at walltime — so the job's next attempt
+    consumes what that one would have. The activation is unchanged.
+    """
+    return attrs.evolve(
+        counters,
+        attempts_in_activation=max(counters.attempts_in_activation - 1, 0),
+        total_attempts=max(counters.total_attempts - 1, 0),
+    )

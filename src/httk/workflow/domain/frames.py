@@ -15,15 +15,21 @@ import attrs
 from .lifecycle import StateKind
 
 
+def _count(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    # Every budget and every reader counts with these: a frame claiming a negative count is damage, not a job.
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
+
+
 @attrs.frozen
 class StateFrame:
-    """One journalled generation of one job."""
+    """One journalled generation of one job; its generation and counters are never negative."""
 
     workspace_id: str
     job_id: str
     job_key: str
     placement: str
-    generation: int
+    generation: int = attrs.field(validator=_count)
     kind: StateKind
     event: str
     previous_record_ref: str | None
@@ -31,12 +37,12 @@ class StateFrame:
     priority: int
     step: str
     activation_id: str | None = None
-    activation_ordinal: int = 0
+    activation_ordinal: int = attrs.field(default=0, validator=_count)
     attempt_id: str | None = None
-    attempt_ordinal: int = 0
-    total_attempts: int = 0
-    unclean_exits: int = 0
-    data_generation: int = 0
+    attempt_ordinal: int = attrs.field(default=0, validator=_count)
+    total_attempts: int = attrs.field(default=0, validator=_count)
+    unclean_exits: int = attrs.field(default=0, validator=_count)
+    data_generation: int = attrs.field(default=0, validator=_count)
     runner_steps: tuple[str, ...] | None = None
     pause_requested: bool = False
     join: dict[str, Any] | None = None

@@ -17,7 +17,10 @@ from enum import StrEnum
 import attrs
 
 from httk.workflow.domain.lifecycle import TERMINAL_KINDS, Event, StateKind
-from httk.workflow.domain.model import JOIN_CONDITIONS, JoinSpec, ValidationError
+from httk.workflow.domain.model import JoinSpec, check_join_condition
+
+#: How long a join waits for a child that cannot be resolved (``--join-grace-seconds``).
+DEFAULT_JOIN_GRACE_SECONDS = 3600.0
 
 
 class JoinVerdict(StrEnum):
@@ -46,23 +49,13 @@ ACTION_EVENTS: dict[JoinAction, Event | None] = {
 }
 
 
-def _check_condition(when: str, count: int | None) -> None:
-    if when not in JOIN_CONDITIONS:
-        raise ValidationError(f"invalid join condition {when!r}: use one of {', '.join(JOIN_CONDITIONS)}")
-    if when == "at_least":
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ValidationError(f"join condition 'at_least' needs count >= 1, got {count!r}")
-    elif count is not None:
-        raise ValidationError(f"join condition {when!r} takes no count, got {count!r}")
-
-
 def classify(when: str, kinds: Sequence[StateKind | None], count: int | None = None) -> JoinVerdict:
     """The verdict of condition ``when`` over the children's kinds; ``None`` is an unresolvable child.
 
     Failed and cancelled children both count as not succeeded; an unresolvable
     child counts as still open with an unknown outcome.
     """
-    _check_condition(when, count)
+    check_join_condition(when, count)
     succeeded = 0
     not_succeeded = 0
     open_ = 0

@@ -3,7 +3,14 @@
 A job's kind is the directory its marker lives in. Every change of a job is one
 event applied to its current kind; this table is the only place that says which
 events are legal where. Spec: 000 "Run", "Inspect and control", "Checking and
-repairing"; 001 "What an attempt publishes".
+repairing", "Running on a remote" (transfer); 001 "What an attempt publishes".
+
+A transfer moves a job between workspaces through its own kind, ``transferring``:
+``transfer_detach`` takes a quiescent job out of the scheduling trees, and the job
+leaves ``transferring`` by going back to the kind it had (``transfer_rollback`` at
+the source, ``transfer_import`` at the destination) or by leaving the workspace
+(``transfer_retire``, whose frame is the last the source writes; the marker then
+leaves the state tree).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ class StateKind(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    TRANSFERRING = "transferring"
 
 
 #: Kinds a scheduling pass streams; the terminal trees are never opened by a tick.
@@ -39,6 +47,19 @@ TERMINAL_KINDS: frozenset[StateKind] = frozenset({StateKind.SUCCEEDED, StateKind
 #: Kinds in which a manager owns the job under a lease.
 OWNED_KINDS: frozenset[StateKind] = frozenset(
     {StateKind.CLAIMED, StateKind.RUNNING, StateKind.COMMITTING, StateKind.CANCELLING}
+)
+#: Quiescent kinds: nothing owns the job, so a transfer may detach it (a waiting job only together
+#: with its children). Everything else is owned by a manager or already transferring.
+TRANSFERABLE_KINDS: frozenset[StateKind] = frozenset(
+    {
+        StateKind.SUBMITTED,
+        StateKind.READY,
+        StateKind.WAITING,
+        StateKind.PAUSED,
+        StateKind.SUCCEEDED,
+        StateKind.FAILED,
+        StateKind.CANCELLED,
+    }
 )
 
 
@@ -68,7 +89,21 @@ class Event(StrEnum):
     CANCEL_VERIFIED = "cancel_verified"
     OPERATOR_OVERRIDE_STEP = "operator_override_step"
     LEASE_RECOVERY = "lease_recovery"
+    DRAIN_RELEASE = "drain_release"
+    DRAIN_PAUSE = "drain_pause"
     FSCK_REPAIR = "fsck_repair"
+    TRANSFER_DETACH = "transfer_detach"
+    TRANSFER_ROLLBACK = "transfer_rollback"
+    TRANSFER_IMPORT = "transfer_import"
+    TRANSFER_RETIRE = "transfer_retire"
+
+
+#: Events that take a transferring job back to the kind it was detached from (recorded in the
+#: detach frame), so their target is not one fixed kind of the table.
+RETURN_EVENTS: frozenset[Event] = frozenset({Event.TRANSFER_ROLLBACK, Event.TRANSFER_IMPORT})
+#: Events after whose frame the marker leaves the workspace's state tree instead of being renamed
+#: within it: the job now lives in another workspace.
+LEAVING_EVENTS: frozenset[Event] = frozenset({Event.TRANSFER_RETIRE})
 
 
 class IllegalTransition(ValueError):
@@ -136,23 +171,52 @@ TRANSITIONS: dict[tuple[StateKind, Event], StateKind] = {
     (S.RUNNING, E.LEASE_RECOVERY): S.READY,
     (S.COMMITTING, E.LEASE_RECOVERY): S.COMMITTING,
     (S.CANCELLING, E.LEASE_RECOVERY): S.CANCELLING,
+    # An attempt its own manager terminated while draining (walltime), verified gone and without
+    # an outcome, is not the job's doing: the job is given back uncharged, or paused when a pause
+    # was deferred to that attempt's commit.
+    (S.RUNNING, E.DRAIN_RELEASE): S.READY,
+    (S.RUNNING, E.DRAIN_PAUSE): S.PAUSED,
 }
 for _kind in StateKind:
     TRANSITIONS[(_kind, E.FSCK_REPAIR)] = _kind
+for _kind in TRANSFERABLE_KINDS:
+    TRANSITIONS[(_kind, E.TRANSFER_DETACH)] = S.TRANSFERRING
 del _kind
+# The retire frame keeps the kind; the marker naming it then leaves the state tree (LEAVING_EVENTS).
+TRANSITIONS[(S.TRANSFERRING, E.TRANSFER_RETIRE)] = S.TRANSFERRING
 
 
-def next_kind(kind: StateKind, event: Event) -> StateKind:
-    """The kind a job moves to when ``event`` happens in ``kind``; raises :class:`IllegalTransition`."""
+def next_kind(kind: StateKind, event: Event, *, origin: StateKind | None = None) -> StateKind:
+    """The kind a job moves to when ``event`` happens in ``kind``; raises :class:`IllegalTransition`.
+
+    A return event (:data:`RETURN_EVENTS`) from ``transferring`` goes to ``origin``, the
+    kind the job was detached from, which must be a transferable kind.
+    """
+    kind, event = StateKind(kind), Event(event)
     try:
-        return TRANSITIONS[(StateKind(kind), Event(event))]
+        return TRANSITIONS[(kind, event)]
     except KeyError:
-        raise IllegalTransition(StateKind(kind), Event(event)) from None
+        pass
+    if kind == S.TRANSFERRING and event in RETURN_EVENTS and origin is not None:
+        if StateKind(origin) in TRANSFERABLE_KINDS:
+            return StateKind(origin)
+    raise IllegalTransition(kind, event) from None
 
 
 def allowed_events(kind: StateKind) -> frozenset[Event]:
-    """Every event legal from ``kind``."""
-    return frozenset(event for (source, event) in TRANSITIONS if source == kind)
+    """Every event legal from ``kind`` (a return event needs the recorded origin as well)."""
+    events = {event for (source, event) in TRANSITIONS if source == kind}
+    if StateKind(kind) == S.TRANSFERRING:
+        events |= RETURN_EVENTS
+    return frozenset(events)
+
+
+def drain_release_event(pause_requested: bool) -> Event:
+    """The event that gives back a job whose attempt a draining manager stopped.
+
+    A pause deferred to the attempt's commit takes effect now, since that commit never comes.
+    """
+    return Event.DRAIN_PAUSE if pause_requested else Event.DRAIN_RELEASE
 
 
 def is_terminal(kind: StateKind) -> bool:

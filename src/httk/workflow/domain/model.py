@@ -43,6 +43,19 @@ def check_step(step: str) -> str:
     return step
 
 
+#: Priorities are 64-bit signed integers: every marker name, SDK and shell can carry one.
+PRIORITY_MIN, PRIORITY_MAX = -(2**63), 2**63 - 1
+
+
+def check_priority(priority: Any, what: str = "priority") -> int:
+    """An int priority within the 64-bit range (a bool is not a priority); raises :class:`ValidationError`."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValidationError(f"invalid {what} {priority!r}: expected an integer")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValidationError(f"invalid {what}: outside the 64-bit range [-2**63, 2**63 - 1]")
+    return priority
+
+
 @attrs.frozen(order=True)
 class JobKey:
     """``<tag>--<uuid>`` or a bare lowercase uuid; the name of a payload directory."""
@@ -82,6 +95,19 @@ def check_placement(placement: str) -> str:
         if "\x00" in part or "\n" in part:
             raise ValidationError(f"invalid placement {placement!r}: control characters are not allowed")
     return "/".join(parts)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character (C0 or DEL) in ``text``, or ``None``.
+
+    Names that become paths refuse them: NUL cannot reach the OS at all, and the
+    others break every line-oriented log, listing and shell that shows the name.
+    """
+    found = _CONTROL.search(text)
+    return found.group() if found else None
 
 
 @attrs.frozen
@@ -134,6 +160,28 @@ class RetryPolicy:
 JOIN_CONDITIONS = ("all_succeeded", "all_terminal", "any_succeeded", "at_least")
 
 
+def check_join_condition(when: Any, count: Any, children: int | None = None) -> None:
+    """The one rule for a join condition: the SDK's gather, the manager's outcome parser and JoinSpec.
+
+    ``children`` is how many children the join covers, when the caller knows it: a
+    join covers at least one, and ``at_least`` cannot ask for more than it covers.
+    Raises :class:`ValidationError`.
+    """
+    if not isinstance(when, str) or when not in JOIN_CONDITIONS:
+        raise ValidationError(f"invalid join condition {when!r}: use one of {', '.join(JOIN_CONDITIONS)}")
+    if when == "at_least":
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValidationError(f"join condition 'at_least' needs an int count >= 1, got {count!r}")
+    elif count is not None:
+        raise ValidationError(f"join condition {when!r} takes no count, got {count!r}")
+    if children is None:
+        return
+    if children < 1:
+        raise ValidationError("a join waits for the children spawned on this attempt, and none were spawned")
+    if when == "at_least" and count > children:
+        raise ValidationError(f"join condition at_least(count={count}) but only {children} spawned")
+
+
 @attrs.frozen
 class JoinSpec:
     """What a waiting job waits for: the labelled children of one attempt and a condition."""
@@ -145,10 +193,4 @@ class JoinSpec:
     children: tuple[tuple[str, str], ...] = ()  # (label, job key)
 
     def __attrs_post_init__(self) -> None:
-        if self.when not in JOIN_CONDITIONS:
-            raise ValidationError(f"invalid join condition {self.when!r}: use one of {', '.join(JOIN_CONDITIONS)}")
-        if self.when == "at_least":
-            if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
-                raise ValidationError("join condition 'at_least' needs count >= 1")
-        elif self.count is not None:
-            raise ValidationError(f"join condition {self.when!r} takes no count")
+        check_join_condition(self.when, self.count)

@@ -11,7 +11,7 @@ jobs", "Application settings"; docs/workflow_filesystem_api.md "Attempts".
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -21,11 +21,10 @@ from ..domain.frames import StateFrame
 from ..domain.model import Failure
 from ..ports import Filesystem
 from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec
-from .digests import fs_digest
 from .layout import Layout
 from .markers import Marker
-from .policy import scalar_settings_env
-from .runners import object_path
+from .policy import PolicyError, check_setting_name, check_setting_value, scalar_settings_env
+from .runners import RunnerUnavailable, digest_mismatch, resolve_runner
 
 CONTEXT_FORMAT = "httk-workflow-attempt-context"
 
@@ -60,35 +59,6 @@ class LaunchSettings:
     runner_search_paths: tuple[str, ...] = ()
     manager_id: str = ""
     host: str = ""
-
-
-def resolve_runner(fs: Filesystem, layout: Layout, payload: str, spec: JobSpec, search_paths: Sequence[str]) -> str:
-    """The path of the runner the job names; :class:`LaunchRefused` with ``runner_unavailable``."""
-    source, path = spec.runner_source, spec.runner_path
-    if source == "payload":
-        candidates = [f"{payload}/{path}"]
-    elif source == "workspace":
-        candidates = [object_path(layout, spec.runner_sha256 or "", path)]
-    else:
-        candidates = [f"{root.rstrip('/')}/{path}" for root in search_paths]
-        if not candidates:
-            raise LaunchRefused(
-                Failure(
-                    "runner_unavailable",
-                    f"installed runner {path!r} needs a --runner-search-path; this manager has none",
-                )
-            )
-    for candidate in candidates:
-        info = fs.lstat(candidate)
-        if info is not None and (info.is_file or info.is_dir):
-            return candidate
-    raise LaunchRefused(
-        Failure(
-            "runner_unavailable",
-            f"{source} runner {path!r} not found (looked at {', '.join(candidates)})",
-            {"runner": spec.runner},
-        )
-    )
 
 
 def _entry_point(fs: Filesystem, copy: str) -> str:
@@ -128,6 +98,21 @@ def seed_workdir(fs: Filesystem, payload: str, workdir: str, staging: str, *, du
         fs.rmtree(staging)
 
 
+def control_ordinal(fs: Filesystem, layout: Layout, job_id: str, attempt_id: str, total_attempts: int) -> int:
+    """The ordinal that names an attempt's control directory: its total-attempts count, or one past the last.
+
+    An attempt given back uncharged (stopped by a drain, or a claim released before its
+    launch) leaves a control directory under the ordinal the job's next attempt has again;
+    numbering past it keeps every attempt's directory distinct and in the order they ran.
+    """
+    highest = 0
+    for entry in fs.scandir(layout.job_attempts(job_id)):
+        head, _, tail = entry.name.partition("-")
+        if head.isdigit() and tail != attempt_id:
+            highest = max(highest, int(head))
+    return max(total_attempts, highest + 1)
+
+
 def prepare_attempt(
     fs: Filesystem,
     layout: Layout,
@@ -142,28 +127,30 @@ def prepare_attempt(
     children: list[dict[str, Any]],
     restart: dict[str, Any],
     now: float,
+    uid: int,
 ) -> AttemptPlan:
-    """Lay out the control directory of the attempt ``frame`` describes and return how to start it."""
+    """Lay out the control directory of the attempt ``frame`` describes and return how to start it.
+
+    ``uid`` is the manager's account, which a payload runner must belong to.
+    """
     job_id = marker.job_id
     attempt_id = frame.attempt_id or ""
-    control = layout.attempt_dir(job_id, frame.total_attempts, attempt_id)
+    control = layout.attempt_dir(job_id, control_ordinal(fs, layout, job_id, attempt_id, frame.total_attempts),
+                                 attempt_id)
     payload = layout.payload(marker.placement, str(marker.key))
+    _check_settings(workspace_settings)
     fs.rmtree(control)
     # The runner publishes outcome.ready/ below it: its name must survive a crash too.
     fs.makedirs(control, durable=durable)
-    runner_source = resolve_runner(fs, layout, payload, spec, settings.runner_search_paths)
+    try:
+        runner_source = resolve_runner(fs, layout, payload, spec, settings.runner_search_paths, uid=uid)
+    except RunnerUnavailable as refused:
+        raise LaunchRefused(refused.failure) from None
     copy = f"{control}/runner/{posixpath.basename(runner_source)}"
     fs.copy_tree(runner_source, copy, durable=False)
-    if spec.runner_sha256 is not None:
-        actual = fs_digest(fs, copy)
-        if actual != spec.runner_sha256:
-            raise LaunchRefused(
-                Failure(
-                    "runner_mismatch",
-                    f"runner {spec.runner_path!r} has sha256 {actual}, job pins {spec.runner_sha256}",
-                    {"expected": spec.runner_sha256, "actual": actual},
-                )
-            )
+    mismatch = digest_mismatch(fs, copy, spec)
+    if mismatch is not None:
+        raise LaunchRefused(mismatch)
     entry = _entry_point(fs, copy)
     if spec.workdir_mode == "isolated":
         workdir = f"{control}/workdir"
@@ -229,3 +216,14 @@ def prepare_attempt(
     if data is not None:
         env["HTTK_WORKFLOW_DATA_DIR"] = data
     return AttemptPlan(control, workdir, data, command_for(entry, settings.python), env, context)
+
+
+def _check_settings(workspace_settings: dict[str, Any]) -> None:
+    """Each setting as ``settings set`` checks it: a hand-edited bad value fails this job, not the manager."""
+    for name, value in workspace_settings.items():
+        try:
+            # The name too: it becomes an environment variable name, where a NUL would fail the launch itself.
+            check_setting_name(name)
+            check_setting_value(name, value)
+        except PolicyError as error:
+            raise LaunchRefused(Failure("setting_invalid", str(error), {"setting": name})) from None

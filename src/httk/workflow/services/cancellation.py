@@ -7,8 +7,9 @@ SIGTERM, SIGKILL after the grace, and only a verified exit moves the job to
 process recorded on another host cannot be proven stopped here: the job stays
 ``cancelling`` and a warning is logged on every retry. The procedure is
 non-blocking (a tick never waits out the grace) and restartable: a manager that
-dies mid-cancel leaves ``cancelling`` and the next one finishes it. Spec: 000
-"Cancelling a running job".
+dies mid-cancel leaves ``cancelling`` and the next one finishes it once the
+takeover table admits it (the owner's lease expired), from the same verdict the
+recovery pass and ``job why`` use. Spec: 000 "Cancelling a running job".
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import attrs
 
 from ..domain.frames import StateFrame
 from ..domain.lifecycle import Event
+from ..domain.takeover import TakeoverAction
 from .markers import Marker
 from .store import JobDamage
 
@@ -70,13 +72,17 @@ class Cancellation:
         try:
             view = m.store.read_job(marker)
         except JobDamage as damage:
-            log.warning("cancelling job %s unreadable: %s", marker.key, damage)
-            return False
-        owner = (view.frame.owner or {}).get("manager_id")
-        if owner not in (None, m.id) and not m.recovery.is_stale(str(owner)):
+            m.refuse(marker, f"cancelling job unreadable: {damage}")
             return False
         if not m.owned_by_me(marker):
             return False
+        if (view.frame.owner or {}).get("manager_id") != m.id:
+            # Another manager's fenced procedure: finish it only when the takeover table admits it.
+            verdict = m.recovery.judge(view)
+            if verdict is None or verdict.action != TakeoverAction.FINISH:
+                m.recovery.note(marker, verdict)
+                return False
+            log.info("job %s: %s", marker.key, verdict.message)
         return self.start(marker, view.frame)
 
     def poll(self) -> bool:

@@ -55,9 +55,10 @@ class JobRecord:
 
 
 def _read_json(handle: WorkspaceHandle, path: str) -> Any:
+    """A runner-written document, or ``None`` when it is absent, malformed, or not a small regular file."""
     try:
-        return codec.decode(handle.fs.read_bytes(path), path)
-    except (FileNotFoundError, codec.DocumentError):
+        return codec.decode(handle.fs.read_document(path), path)
+    except (OSError, codec.DocumentError):
         return None
 
 

@@ -2,7 +2,7 @@
 
 A commit runs while the job's marker is ``committing`` and owned by this
 manager, so only one actor commits at a time. Every side effect is idempotent
-(children are renamed into place and ledgered, join notes are overwritten with
+(children are verified and created by :mod:`.children`, join notes are overwritten with
 the same bytes), so a manager that dies mid-commit leaves work that the next
 owner redoes to the same result. The decision itself (advance, wait, retry, …)
 comes from the domain's budgets. Spec: 001 "What an attempt publishes",
@@ -18,20 +18,14 @@ import attrs
 from .. import codec
 from ..domain import budgets
 from ..domain.frames import StateFrame
-from ..domain.lifecycle import Event, StateKind, is_terminal
-from ..domain.model import Failure, JobKey
+from ..domain.lifecycle import TERMINAL_KINDS, Event, StateKind, drain_release_event, is_terminal
+from ..domain.model import Failure
 from ..ports import Filesystem, Ids
 from ..protocol import PRIVATE_DIR, JobSpec, parse_job_bytes
+from .children import PARENT_FILE
 from .layout import Layout
 from .markers import Marker
 from .outcomes import Outcome
-from .store import Store
-
-PARENT_FILE = "parent.json"
-
-
-class ChildrenError(ValueError):
-    """An outcome whose spawned children cannot be created (a protocol error of the runner)."""
 
 
 @attrs.frozen
@@ -43,12 +37,8 @@ class Decision:
     summary: str
 
 
-def counters_of(frame: StateFrame) -> budgets.Counters:
-    return budgets.Counters(
-        activation_ordinal=max(frame.activation_ordinal, 1),
-        attempts_in_activation=frame.attempt_ordinal,
-        total_attempts=frame.total_attempts,
-    )
+#: The kinds a join note can name (only a terminal transition writes one).
+_TERMINAL_NAMES = frozenset(kind.value for kind in TERMINAL_KINDS)
 
 
 def released(**changes: Any) -> dict[str, Any]:
@@ -70,7 +60,7 @@ def new_activation(frame: StateFrame, ids: Ids, step: str, **changes: Any) -> di
 def decide(outcome: Outcome, frame: StateFrame, spec: JobSpec, ids: Ids) -> Decision:
     """What committing ``outcome`` does to a job whose current frame is ``frame``."""
     policy = spec.retry_policy
-    counters = counters_of(frame)
+    counters = budgets.counters_of(frame)
     runner_steps = outcome.runner_steps if outcome.runner_steps is not None else frame.runner_steps
     base: dict[str, Any] = {"runner_steps": runner_steps}
     if outcome.unclean:
@@ -119,6 +109,27 @@ def decide(outcome: Outcome, frame: StateFrame, spec: JobSpec, ids: Ids) -> Deci
                     f"failed: {failure.code}")
 
 
+def decide_drained(frame: StateFrame, reason: str) -> Decision:
+    """What giving back a job does when its own manager terminated the attempt while draining.
+
+    Only for an attempt verified gone without publishing an outcome. The attempt is
+    not charged (the domain's :func:`~httk.workflow.domain.budgets.uncharged`), but it
+    did leave its workdir mid-way, so it counts as an unclean exit for the next one.
+    """
+    counters = budgets.uncharged(budgets.counters_of(frame))
+    event = drain_release_event(frame.pause_requested)
+    changes = released(
+        attempt_ordinal=counters.attempts_in_activation,
+        total_attempts=counters.total_attempts,
+        unclean_exits=frame.unclean_exits + 1,
+        reason=reason,
+    )
+    if event == Event.DRAIN_PAUSE:
+        changes["pause_requested"] = False
+        return Decision(event, changes, "stopped by the drain and paused as requested")
+    return Decision(event, changes, "stopped by the drain; ready again, not charged")
+
+
 def _join_children(outcome: Outcome) -> list[dict[str, Any]]:
     assert outcome.join is not None
     by_label = {child["label"]: child for child in outcome.spawned}
@@ -132,51 +143,6 @@ def _join_children(outcome: Outcome) -> list[dict[str, Any]]:
         }
         for label in labels
     ]
-
-
-def create_children(
-    store: Store, control: str, outcome: Outcome, parent: Marker, *, recovering: bool
-) -> list[Marker]:
-    """Move every spawned child payload into place and publish its ``submitted`` marker, once."""
-    fs = store.fs
-    layout = store.layout
-    durable = store.config.durable
-    created: list[Marker] = []
-    ledger_dir = f"{control}/commit/children"
-    for child in outcome.spawned:
-        # Every child must be somewhere before any is created: in the outcome, or already moved into place.
-        source = f"{control}/outcome.ready/children/{child['payload']}"
-        destination = layout.payload(child["placement"], child["job_key"])
-        if not (fs.exists(f"{ledger_dir}/{child['job_id']}") or fs.exists(source) or fs.exists(destination)):
-            raise ChildrenError(f"child {child['label']!r}: its payload {child['payload']} is not in the outcome")
-    for child in outcome.spawned:
-        ledger = f"{ledger_dir}/{child['job_id']}"
-        if fs.exists(ledger):
-            continue
-        key = JobKey.parse(child["job_key"])
-        placement = child["placement"]
-        destination = layout.payload(placement, str(key))
-        source = f"{control}/outcome.ready/children/{child['payload']}"
-        moved_now = False
-        if fs.exists(source):
-            spec = parse_job_bytes(fs.read_bytes(f"{source}/job.json"), f"{source}/job.json")
-            link = {"job_id": parent.job_id, "job_key": str(parent.key), "placement": parent.placement,
-                    "label": child["label"]}
-            fs.write_atomic(f"{source}/{PRIVATE_DIR}/{PARENT_FILE}", codec.encode(link), durable=durable)
-            try:
-                fs.rename(source, destination, durable=durable)
-                moved_now = True
-            except FileExistsError:
-                pass
-        else:
-            spec = parse_job_bytes(fs.read_bytes(f"{destination}/job.json"), f"{destination}/job.json")
-        if moved_now or not (recovering and store.locate(placement, str(key))):
-            try:
-                created.append(store.create_submitted(placement, key, spec.priority))
-            except FileExistsError:
-                pass
-        fs.write_atomic(ledger, b"", durable=durable)
-    return created
 
 
 def note_for_parent(
@@ -198,15 +164,15 @@ def note_for_parent(
         return
     payload = layout.payload(marker.placement, str(marker.key))
     try:
-        link = codec.decode_object(fs.read_bytes(f"{payload}/{PRIVATE_DIR}/{PARENT_FILE}"), "parent.json")
-    except (FileNotFoundError, codec.DocumentError):
+        link = codec.decode_object(fs.read_document(f"{payload}/{PRIVATE_DIR}/{PARENT_FILE}"), "parent.json")
+    except (OSError, codec.DocumentError):  # absent, malformed, or not a small regular file
         return
     parent_id = link.get("job_id")
     if not isinstance(parent_id, str):
         return
     try:
-        data_mode = parse_job_bytes(fs.read_bytes(f"{payload}/job.json"), "job.json").data_mode
-    except (FileNotFoundError, codec.DocumentError):
+        data_mode = parse_job_bytes(fs.read_document(f"{payload}/job.json"), "job.json").data_mode
+    except (OSError, codec.DocumentError):
         data_mode = "none"
     note = {
         "data": f"{layout.data_dir(marker.job_id)}/current" if data_mode == "transactional" else None,
@@ -225,8 +191,8 @@ def clear_note(fs: Filesystem, layout: Layout, marker: Marker) -> None:
     """A job leaving a terminal kind (operator continue) is no longer terminal for its parent."""
     payload = layout.payload(marker.placement, str(marker.key))
     try:
-        link = codec.decode_object(fs.read_bytes(f"{payload}/{PRIVATE_DIR}/{PARENT_FILE}"), "parent.json")
-    except (FileNotFoundError, codec.DocumentError):
+        link = codec.decode_object(fs.read_document(f"{payload}/{PRIVATE_DIR}/{PARENT_FILE}"), "parent.json")
+    except (OSError, codec.DocumentError):
         return
     try:
         fs.remove(f"{layout.control}/joins/{link.get('job_id')}/{marker.job_id}.json")
@@ -235,13 +201,20 @@ def clear_note(fs: Filesystem, layout: Layout, marker: Marker) -> None:
 
 
 def read_notes(fs: Filesystem, layout: Layout, parent_id: str) -> dict[str, dict[str, Any]]:
-    """The terminal notes of a parent's children, by child job id."""
+    """The terminal notes of a parent's children, by child job id.
+
+    Only :func:`note_for_parent` writes them, always naming a terminal kind: a note
+    that is unreadable or names none is damage, read as no note (the child counts
+    as still active), so no reader of the notes can trip over it.
+    """
     notes: dict[str, dict[str, Any]] = {}
     for entry in fs.scandir(f"{layout.control}/joins/{parent_id}"):
         if not entry.name.endswith(".json"):
             continue
         try:
-            notes[entry.name[:-5]] = codec.decode_object(fs.read_bytes(entry.path), entry.path)
-        except (FileNotFoundError, codec.DocumentError):
+            note = codec.decode_object(fs.read_document(entry.path), entry.path)
+        except (OSError, codec.DocumentError):
             continue
+        if note.get("kind") in _TERMINAL_NAMES:
+            notes[entry.name[:-5]] = note
     return notes

@@ -164,7 +164,7 @@ class Debugger:
         while True:
             try:
                 data = self.handle.fs.read_range(path, tail.offsets[name], CHUNK)
-            except FileNotFoundError:
+            except OSError:  # not there yet, or replaced by something that is not a regular file
                 return
             if not data:
                 return

@@ -3,7 +3,11 @@
 The job side of every precondition comes from ``job.json``; the other side —
 pools, capabilities, executors, prefixes — is read from the manifests live
 managers publish, so a manager that is not running is reported as absent
-rather than assumed. Read-only. Spec: 000 "Inspecting jobs", "Readiness".
+rather than assumed. An owned job is judged by the observation builder and
+takeover verdict the recovery pass uses (with the settings live managers here
+published), and a waiting job by the waiting pass's own children
+classification and join decision, so ``job why`` never says something a
+manager will not do. Read-only. Spec: 000 "Inspecting jobs", "Readiness".
 """
 
 from __future__ import annotations
@@ -12,13 +16,16 @@ from typing import Any
 
 from .. import codec
 from ..domain import budgets
-from ..domain.lifecycle import StateKind
+from ..domain.joins import DEFAULT_JOIN_GRACE_SECONDS, JoinAction, describe_condition
+from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
+from ..domain.model import ValidationError
 from ..domain.scheduling import Offer, Requirements, mismatches
-from ..domain.takeover import TakeoverObservation, decide_takeover
-from ..ports import ProcessControl, ProcessIdentity
-from .commit import counters_of, read_notes
+from ..domain.takeover import TakeoverAction, decide_takeover
+from ..ports import ProcessControl
 from .markers import Marker
+from .recovery import TakeoverSettings, observe, read_heartbeat
 from .store import JobDamage
+from .waiting import ACTIVE_CHILD, child_kinds, join_decision
 from .workspaces import WorkspaceHandle
 
 FLAPPING_ATTEMPTS = 20
@@ -70,6 +77,7 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
     kind = marker.kind
     if spec is None:
         lines.append(f"job.json is unreadable: {view.spec_error}")
+    lines.extend(_refusals(handle, marker))
     if kind == StateKind.SUBMITTED:
         summary = "submitted and not yet registered by any manager"
         executor = spec.executor if spec else "path"
@@ -82,7 +90,8 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
         lines.append(f"claim pool: {spec.pool}")
         lines.append(f"required capabilities: {', '.join(spec.capabilities) or 'none'}")
         lines.append("maintenance lock: none")
-        decision = budgets.after_attempt(spec.retry_policy, counters_of(frame), failure=None, explicit_retry=True)
+        counters = budgets.counters_of(frame)
+        decision = budgets.after_attempt(spec.retry_policy, counters, failure=None, explicit_retry=True)
         within = decision.retry or frame.attempt_ordinal == 0
         lines.append(f"attempt budgets: {'within budget' if within else decision.reason}")
         accepting = []
@@ -101,13 +110,9 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
             summary = f"ready; accepted by live manager(s) {', '.join(accepting)}: it runs when a worker is free"
         else:
             summary = "ready, but no live manager accepts it (see the mismatches)"
-    elif kind in (StateKind.CLAIMED, StateKind.RUNNING):
-        summary, more = _owned(handle, frame, spec, process)
+    elif kind in OWNED_KINDS:
+        summary, more = _owned(handle, marker, frame, spec, process)
         lines.extend(more)
-    elif kind == StateKind.COMMITTING:
-        summary = "an outcome is being committed; any manager serving the executor resumes it if its owner stops"
-        owner = (frame.owner or {}).get("manager_id")
-        lines.append(f"committing manager: {owner}")
     elif kind == StateKind.WAITING:
         summary, more = _waiting(handle, frame)
         lines.extend(more)
@@ -115,7 +120,7 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
         failure = frame.failure or {}
         summary = f"failed: {failure.get('code')}: {failure.get('message')}"
         if spec is not None:
-            fits = budgets.continue_fits(spec.retry_policy, counters_of(frame))
+            fits = budgets.continue_fits(spec.retry_policy, budgets.counters_of(frame))
             lines.append("an operator 'continue' fits the retry budget" if fits.allowed
                          else f"an operator 'continue' does not fit: {fits.reason}")
         error = _last_error(handle, marker)
@@ -123,9 +128,6 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
             lines.append(f"error.json of the last attempt: {error}")
     elif kind == StateKind.PAUSED:
         summary = f"paused ({frame.reason or 'no reason recorded'}); resume with 'job request ... continue'"
-    elif kind == StateKind.CANCELLING:
-        process_host = (frame.process or {}).get("host")
-        summary = f"being cancelled; a manager on host {process_host} verifies the process is gone"
     elif kind == StateKind.SUCCEEDED:
         summary = "succeeded; nothing to do"
     else:
@@ -137,6 +139,8 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
         )
         if spec is not None and spec.maximum_total_attempts is None and frame.total_attempts >= FLAPPING_ATTEMPTS:
             lines.append(f"flapping: {frame.total_attempts} attempts under an unlimited budget without progress")
+    if frame.event in (Event.DRAIN_RELEASE, Event.DRAIN_PAUSE):
+        lines.append(f"the last attempt was stopped by its manager's drain, not by the job: {frame.reason}")
     lines.extend(_requests(handle, marker))
     report["summary"] = summary
     report["lines"] = lines
@@ -144,63 +148,106 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
     return report
 
 
+def _refusals(handle: WorkspaceHandle, marker: Marker) -> list[str]:
+    """What managers recorded when they refused this job in its current kind (``managers/<id>/refused/``)."""
+    out = []
+    for entry in sorted(handle.fs.scandir(handle.layout.managers), key=lambda item: item.name):
+        path = f"{entry.path}/refused/{marker.key}.json"
+        try:
+            note = codec.decode_object(handle.fs.read_document(path), path)
+        except (OSError, codec.DocumentError):
+            continue
+        if note.get("kind") == marker.kind.value:
+            out.append(f"manager {entry.name} refused it: {note.get('reason')}")
+    return out
+
+
+def _deciders(handle: WorkspaceHandle, this_host: str, owner_id: Any) -> list[dict[str, Any]]:
+    """The managers whose verdict ``job why`` reports: the live ones on this host other than the owner.
+
+    Only this host's kernel can answer for a process recorded here, so managers elsewhere are not
+    judged from here. With none live, the verdict is that of a manager started here with the defaults.
+    """
+    found = [manager for manager in managers(handle)
+             if manager["live"] and manager.get("host") == this_host and manager["manager_id"] != owner_id]
+    return found or [{"manager_id": None, "lease_seconds": handle.policy["lease_seconds"]}]
+
+
 def _owned(
-    handle: WorkspaceHandle, frame: Any, spec: Any, process: ProcessControl | None
+    handle: WorkspaceHandle, marker: Marker, frame: Any, spec: Any, process: ProcessControl | None
 ) -> tuple[str, list[str]]:
+    """The takeover verdict a manager here reaches, from the observation the recovery pass builds."""
+    kind = frame.kind.value
     owner = frame.owner or {}
-    manager_id = owner.get("manager_id")
-    known = {manager["manager_id"]: manager for manager in managers(handle)}
-    manager = known.get(manager_id)
-    age = manager.get("heartbeat_age") if manager else None
+    owner_id = owner.get("manager_id")
+    beat, _declared = read_heartbeat(handle.fs, handle.layout, str(owner_id)) if owner_id else (None, None)
+    now = handle.ports.clock.now()
     lease = float(owner.get("lease_seconds") or handle.policy["lease_seconds"])
-    lines = [f"owning manager: {manager_id} (heartbeat {'never' if age is None else f'{age:.0f}s'} ago, "
-             f"lease {lease:.0f}s)"]
-    if age is not None and age <= lease and not (manager or {}).get("stopped"):
-        return f"{frame.kind.value} under live manager {manager_id}", lines
-    recorded = frame.process or {}
-    this_host = process.hostname() if process else ""
-    alive = None
-    if process is not None and recorded.get("pid"):
-        alive = process.is_alive(ProcessIdentity(str(recorded.get("host")), int(recorded["pid"]),
-                                                 recorded.get("start_ticks"), int(recorded.get("pgid") or 0)))
-    verdict = decide_takeover(TakeoverObservation(
-        kind=frame.kind, workdir_mode=spec.workdir_mode if spec else "persistent",
-        recorded_host=str(recorded.get("host") or owner.get("host") or ""), this_host=this_host,
-        process_alive=alive, outcome_published=False, heartbeat_age=float("inf") if age is None else age,
-        lease_seconds=lease,
-    ))
-    lines.append(verdict.message)
+    age = "never or stopped" if beat is None else f"{max(0.0, now - beat):.0f}s ago"
+    lines = [f"owning manager: {owner_id or 'none'} (heartbeat {age}, lease {lease:g}s)"]
+    if (frame.process or {}).get("host"):
+        lines.append(f"attempt process recorded on host {frame.process['host']}")
+    if spec is None:
+        return f"{kind}, blocked: no manager takes over a job whose job.json is unreadable; repair it", lines
+    if process is None:
+        return f"{kind} (owner {owner_id}); the takeover verdict needs this host's process table", lines
+    verdicts = []
+    for decider in _deciders(handle, process.hostname(), owner_id):
+        observation = observe(
+            handle.fs, process, marker.kind, frame, spec.workdir_mode,
+            this_host=process.hostname(), now=now, beat=beat,
+            default_lease=float(decider.get("lease_seconds") or handle.policy["lease_seconds"]),
+            settings=TakeoverSettings.from_json(decider.get("takeover")),
+        )
+        verdict = decide_takeover(observation)
+        who = (f"manager {decider['manager_id']} on this host" if decider["manager_id"]
+               else "a manager started on this host with the default takeover settings")
+        lines.append(f"{who}: {verdict.message}")
+        verdicts.append(verdict)
+    # The first decider that acts speaks for the summary; else the first one.
+    verdict = next((item for item in verdicts if item.awaits_takeover), verdicts[0])
+    if verdict.rule == "lease_live":
+        return f"{kind} under the live lease of manager {owner_id}", lines
+    if verdict.action == TakeoverAction.ADOPT:
+        return f"{kind} under an expired lease: a manager here adopts the live attempt ({verdict.rule})", lines
     if verdict.takes_over:
-        return f"{frame.kind.value} under an expired lease: the next manager recovers it ({verdict.rule})", lines
-    return f"{frame.kind.value} under an expired lease, blocked: {verdict.message}", lines
+        return f"{kind} under an expired lease: a manager here recovers it ({verdict.rule})", lines
+    if verdict.not_before is not None:
+        wait = max(verdict.not_before - now, 0.0)
+        return (f"{kind} under an expired lease: a manager here recovers it in {wait:.0f}s "
+                f"({verdict.admitted_by})", lines)
+    return f"{kind} under an expired lease, blocked: {verdict.message}", lines
 
 
 def _waiting(handle: WorkspaceHandle, frame: Any) -> tuple[str, list[str]]:
+    """The join decision the waiting pass reaches, from the same children classification."""
     join = frame.join or {}
-    notes = read_notes(handle.fs, handle.layout, frame.job_id)
-    lines = [f"join: {join.get('when')}"
-             + (f" (count {join.get('count')})" if join.get("count") else "")
-             + f", then step {join.get('step')!r}"
+    live = [manager for manager in managers(handle) if manager["live"]]
+    grace = float(next((manager["join_grace_seconds"] for manager in live if manager.get("join_grace_seconds")),
+                       DEFAULT_JOIN_GRACE_SECONDS))
+    lines = [f"join: {describe_condition(join.get('when', 'all_succeeded'), join.get('count'))}"
+             f", then step {join.get('step')!r}"
              + (f", on_impossible {join.get('on_impossible')!r}" if join.get("on_impossible") else "")]
-    blocking, unresolved = [], []
+    kinds = child_kinds(handle.fs, handle.layout, frame)
     for child in join.get("children", []):
-        note = notes.get(child["job_id"])
-        if note is not None:
-            state = note["kind"]
-        elif handle.fs.exists(handle.layout.payload(child["placement"], child["job_key"])):
-            state = "active"
-            blocking.append(child["label"])
-        else:
-            state = "cannot be resolved in this workspace"
-            unresolved.append(child["label"])
-        lines.append(f"child {child['label']} ({child['job_key']}): {state}")
+        state = kinds.get(child["label"])
+        text = ("cannot be resolved in this workspace" if state is None
+                else "active" if state == ACTIVE_CHILD else state.value)
+        lines.append(f"child {child['label']} ({child['job_key']}): {text}")
     if join.get("first_unresolved_at") is not None:
         lines.append(f"first recorded unresolvable at {join['first_unresolved_at']:.0f} (epoch seconds); the job "
-                     "fails with dependency_failure when --join-grace-seconds have passed since")
-    summary = f"waiting on {len(blocking)} active child(ren)"
-    if unresolved:
-        summary += f"; {len(unresolved)} cannot be resolved here"
-    return summary, lines
+                     f"fails with dependency_failure {grace:g}s (--join-grace-seconds) after that")
+    try:
+        decision = join_decision(handle.fs, handle.layout, frame, now=handle.ports.clock.now(), grace_seconds=grace)
+    except (ValidationError, KeyError) as error:
+        return f"waiting, but the recorded join is invalid: {error}", lines
+    if decision.action == JoinAction.WAIT:
+        summary = f"waiting on {len(decision.blocking)} active child(ren)"
+        if decision.unresolved:
+            summary += f"; {len(decision.unresolved)} cannot be resolved here"
+        lines.append(decision.reason)
+        return summary, lines
+    return f"the next manager resolves the join: {decision.reason}", lines
 
 
 def _last_error(handle: WorkspaceHandle, marker: Marker) -> str | None:
@@ -220,8 +267,9 @@ def _requests(handle: WorkspaceHandle, marker: Marker) -> list[str]:
     for where in ("ready", "retired"):
         for entry in handle.fs.scandir(f"{handle.layout.requests}/{where}"):
             try:
-                request = codec.decode_object(handle.fs.read_bytes(entry.path), entry.path)
-            except (FileNotFoundError, codec.DocumentError):
+                # Never follow, block on or slurp an entry the manager will quarantine.
+                request = codec.decode_object(handle.fs.read_document(entry.path), entry.path)
+            except (OSError, codec.DocumentError):
                 continue
             if request.get("job_id") != marker.job_id:
                 continue

@@ -3,6 +3,7 @@
 Safe against a live workspace: no marker or payload is touched; attempt
 control directories are collected only for terminal jobs; journal segments only
 when no marker references them and their writer's manager is not heartbeating;
+transfer ledgers (with the acknowledged bundle a source keeps) only once settled;
 and pruning an empty placement directory that a transition is recreating is an
 ordinary outcome, not an error. Spec: 000 "Freeing disk on a quota'd filesystem".
 """
@@ -15,6 +16,7 @@ from ..domain.lifecycle import TERMINAL_KINDS, StateKind
 from .diagnosis import managers
 from .journal import RecordRef
 from .markers import INIT_REF
+from .transfer_ledger import DESTINATION, Ledger, iter_ledgers
 from .workspaces import WorkspaceHandle
 
 DAY = 86400.0
@@ -40,6 +42,8 @@ class GarbageCollector:
             self._trash(float(self.retention["trash_days"]) * DAY)
         if "journal_days" in self.retention:
             self._journal(referenced, float(self.retention["journal_days"]) * DAY)
+        if "transfer_days" in self.retention:
+            self._transfers(float(self.retention["transfer_days"]) * DAY)
         self._empty_placements()
         return {
             "workspace": self.layout.root,
@@ -111,6 +115,30 @@ class GarbageCollector:
                     self.fs.rmdir(writer.path)
                 except OSError:
                     pass
+
+    def _transfers(self, age: float) -> None:
+        """Transfer ledgers whose fate is settled: finished ones, and destination copies never decided.
+
+        A source ledger is kept until it is final (retired or rolled back): it is how an
+        interrupted transfer is finished. A destination ledger goes once final, or when
+        nothing was decided there (a bundle that arrived, or half did): an import needs
+        its bundle, so a later attempt is refused and rolled back rather than misled.
+        """
+        for transfer_id, role in iter_ledgers(self.fs, self.layout):
+            ledger = Ledger(self.fs, self.layout, transfer_id, role, durable=self.handle.durable,
+                            clock=self.handle.ports.clock)
+            state = ledger.state()
+            settled = state["final"] or state["step"] is None
+            if role == DESTINATION and ledger.read_slot(2) is None:
+                settled = True
+            if settled and self._ledger_older(ledger, age):
+                self._remove("transfer", ledger.directory)
+
+    def _ledger_older(self, ledger: Ledger, age: float) -> bool:
+        """Whether the ledger's newest record (its header or a step) is older than ``age``."""
+        paths = [ledger.header_file, *(entry.path for entry in self.fs.scandir(f"{ledger.directory}/steps"))]
+        times = [info.mtime for info in map(self.fs.lstat, paths) if info is not None]
+        return bool(times) and self.now - max(times) >= age
 
     def _empty_placements(self) -> None:
         """Remove empty placement mirrors below the state kinds (a concurrent re-creation is fine)."""

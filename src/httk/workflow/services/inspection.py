@@ -18,9 +18,10 @@ from typing import Any
 from .. import codec
 from ..domain.budgets import Counters, describe
 from ..domain.frames import StateFrame
-from ..domain.lifecycle import StateKind
+from ..domain.lifecycle import TERMINAL_KINDS, StateKind
 from ..domain.model import JobKey, ValidationError, check_placement
 from ..protocol import JOB_FILE, JobSpec
+from .fsck import definition_path, job_damage
 from .journal import FrameDamage
 from .markers import INIT_REF, Marker
 from .store import JobDamage, Store
@@ -96,14 +97,31 @@ def resolve_job(handle: WorkspaceHandle, selector: str) -> Marker:
 
 # -- status and list ---------------------------------------------------------------------------
 def status(handle: WorkspaceHandle) -> dict[str, Any]:
-    """Counts of jobs per state kind, with the workspace's identity, durability and policy."""
+    """Counts of jobs per state kind, with the workspace's identity, durability, policy and damage.
+
+    Each *active* job is read as a manager reads it (frame, then job.json), with the
+    same check as ``workspace fsck``, so damage a manager would meet is listed here
+    with fsck's code. Terminal jobs are only counted: reading every finished job
+    would make status cost grow with history; ``workspace fsck`` checks those.
+    """
     store = handle.store
-    damage: list[dict[str, str]] = []
+    damage: list[dict[str, Any]] = []
 
-    def note(code: str, path: str, message: str) -> None:
-        damage.append({"code": code, "path": path, "message": message})
+    def note(code: str, path: str, message: str, job: str | None = None) -> None:
+        damage.append({"code": code, "path": path, "message": message, "job": job})
 
-    counts = {kind.value: sum(1 for _ in store.iter_markers(kind, on_damage=note)) for kind in StateKind}
+    counts = {kind.value: 0 for kind in StateKind}
+    for kind in StateKind:
+        for marker in store.iter_markers(kind, on_damage=note):
+            counts[kind.value] += 1
+            if kind in TERMINAL_KINDS:
+                continue
+            check = job_damage(store, marker)
+            if check.frame is not None:
+                note(check.frame.code, store.marker_path(marker), check.frame.message, str(marker.key))
+            if check.definition is not None:
+                message = f"job.json is unreadable: {check.definition.message}"
+                note(check.definition.code, definition_path(store, marker), message, str(marker.key))
     return {
         "name": handle.name,
         "path": handle.root,
@@ -148,8 +166,8 @@ def list_jobs(
 # -- show --------------------------------------------------------------------------------------
 def _job_bytes(store: Store, marker: Marker) -> bytes | None:
     try:
-        return store.fs.read_bytes(f"{store.payload_dir(marker)}/{JOB_FILE}")
-    except (FileNotFoundError, NotADirectoryError):
+        return store.fs.read_document(f"{store.payload_dir(marker)}/{JOB_FILE}")
+    except OSError:  # absent, or not a small regular file (the spec error says which)
         return None
 
 
@@ -197,8 +215,11 @@ def _child_state(store: Store, parent_id: str, child: dict[str, Any]) -> dict[st
         return entry
     path = f"{store.layout.control}/joins/{parent_id}/{job_id}.json"
     try:
-        note = codec.decode_object(store.fs.read_bytes(path), path)
+        note = codec.decode_object(store.fs.read_document(path), path)
     except (FileNotFoundError, NotADirectoryError):
+        return entry
+    except OSError as error:
+        entry["note_error"] = str(error)
         return entry
     except codec.DocumentError as error:
         entry["note_error"] = str(error)
@@ -305,6 +326,8 @@ def _frame_part(store: Store, marker: Marker, frame: StateFrame | None, spec: Jo
         "process": frame.process,
         "operator": frame.operator,
         "reason": frame.reason,
+        # Set while the job is transferring (where to) and after an import (where from).
+        "transfer": (frame.notes or {}).get("transfer"),
     }
 
 

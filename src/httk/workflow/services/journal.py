@@ -19,12 +19,17 @@ from typing import Any
 import attrs
 
 from .. import codec
-from ..ports import Appender, Filesystem
+from ..ports import Appender, Filesystem, unreadable
 
 SEGMENT_HEADER = b"HTTKJNL1" + b"\x00" * 8
 _LENGTH = struct.Struct(">Q")
 _OVERHEAD = _LENGTH.size * 2 + 32
-_REF = re.compile(r"^([0-9a-f]{12})~([0-9]+)~([0-9]+)~([0-9]+)~([0-9a-f]{8})$")
+# At most 19 digits per number, so int() never sees an absurd one; the ranges are checked after.
+_REF = re.compile(r"^([0-9a-f]{12})~([0-9]{1,19})~([0-9]{1,19})~([0-9]{1,19})~([0-9a-f]{8})$")
+#: The largest frame a writer appends and a reader accepts: a state frame is a small document
+#: (a join listing many children is the largest), so a reference claiming more is damage.
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+_MAX_OFFSET = 2**63 - 1  # off_t
 
 
 class FrameDamage(Exception):
@@ -55,7 +60,12 @@ class RecordRef:
         if not match:
             raise ValueError(f"not a record reference: {text!r}")
         writer, segment, offset, length, prefix = match.groups()
-        return cls(writer, int(segment), int(offset), int(length), prefix)
+        ref = cls(writer, int(segment), int(offset), int(length), prefix)
+        if ref.segment < 1 or not _OVERHEAD <= ref.length <= MAX_FRAME_BYTES:
+            raise ValueError(f"record reference out of range: {text!r}")
+        if not len(SEGMENT_HEADER) <= ref.offset <= _MAX_OFFSET - ref.length:
+            raise ValueError(f"record reference out of range: {text!r}")
+        return ref
 
 
 def segment_path(journal_dir: str, writer: str, segment: int) -> str:
@@ -97,6 +107,9 @@ class JournalWriter:
     def append(self, document: dict[str, Any]) -> RecordRef:
         """Append one frame (synced when durable) and return its reference."""
         frame, checksum = encode_frame(document)
+        if len(frame) > MAX_FRAME_BYTES:
+            # Refused before anything is written: no reader would accept a reference to it.
+            raise ValueError(f"a state frame of {len(frame)} bytes exceeds the {MAX_FRAME_BYTES}-byte bound")
         appender = self._appender
         if appender is None or (appender.size >= self._segment_bytes and appender.size > len(SEGMENT_HEADER)):
             appender = self._open_next()
@@ -134,7 +147,10 @@ class JournalReader:
             data = self._fs.read_range(path, ref.offset, ref.length)
             return data if len(data) == ref.length else None
 
-        data = self._fs.retry_until(probe, self._deadline)
+        try:
+            data = self._fs.retry_until(probe, self._deadline)
+        except OSError as error:  # a directory or FIFO where the segment belongs, an unreadable file
+            raise FrameDamage("missing_segment", f"journal segment {unreadable(path, error)}") from None
         if data is None:
             if not self._fs.exists(path):
                 raise FrameDamage("missing_segment", f"journal segment {path} does not exist")
@@ -147,7 +163,12 @@ class JournalReader:
         if not match:
             return
         writer, segment = match.group(1), int(match.group(2))
-        data = self._fs.read_bytes(path)
+        try:
+            # The manager's own file, so no size bound; but never through a link and never blocking.
+            data = self._fs.read_document(path, limit=None)
+        except OSError as error:
+            yield None, FrameDamage("missing_segment", f"journal segment {unreadable(path, error)}")
+            return
         offset = len(SEGMENT_HEADER)
         if not data.startswith(SEGMENT_HEADER):
             yield None, FrameDamage("checksum_mismatch", f"{path} has no journal header")

@@ -11,9 +11,12 @@ contract", "Scheduling".
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from .. import codec
+from ..domain import budgets
 from ..domain.lifecycle import Event
+from ..domain.model import Failure
 from ..domain.scheduling import Candidate, Requirements, best_within_window, mismatches
 from .attempts import LaunchRefused, prepare_attempt
 from .markers import Marker
@@ -41,27 +44,44 @@ class Launcher:
                 break
             marker = candidate.item
             assert isinstance(marker, Marker)
-            try:
-                view = self.m.store.read_job(marker)
-            except JobDamage as damage:
-                log.warning("job %s: not claimable: %s", marker.key, damage)
-                continue
-            if view.spec is None:
-                continue
-            requirements = Requirements(
-                pool=view.spec.pool,
-                capabilities=frozenset(view.spec.capabilities),
-                executor=view.spec.executor,
-                placement=marker.placement,
-            )
-            if mismatches(self.m.offer, requirements) or not self.m.owned_by_me(marker):
-                continue
-            self.claim_and_launch(marker, view)
+            # One job's fault refuses that job; the rest of the window is still claimed.
+            self.m.contain(marker, "the claim", lambda marker=marker: self._consider(marker))
 
-    def claim_and_launch(self, marker: Marker, view: JobView) -> None:
+    def _consider(self, marker: Marker) -> None:
+        """Claim and launch one ready job if this manager may."""
+        try:
+            view = self.m.store.read_job(marker)
+        except JobDamage as damage:
+            self.m.refuse(marker, f"not claimable: {damage}")
+            return
+        if view.spec is None:
+            self.m.refuse(marker, f"not claimable: {view.spec_error}")
+            return
+        requirements = Requirements(
+            pool=view.spec.pool,
+            capabilities=frozenset(view.spec.capabilities),
+            executor=view.spec.executor,
+            placement=marker.placement,
+        )
+        if mismatches(self.m.offer, requirements) or not self.m.owned_by_me(marker):
+            return
+        try:
+            # Read before the claim: an unreadable settings.json leaves the job ready, refused by name,
+            # and the next tick after the file is fixed launches it.
+            settings = self.m.handle.settings()
+        except codec.DocumentError as error:
+            self.m.refuse(marker, f"not claimable: {error}")
+            return
+        self.claim_and_launch(marker, view, settings)
+
+    def claim_and_launch(self, marker: Marker, view: JobView, settings: dict[str, Any]) -> None:
         frame = view.frame
         spec = view.spec
         assert spec is not None
+        budget = budgets.may_start(spec.retry_policy, budgets.counters_of(frame), budgets.Start.CLAIM)
+        if not budget.allowed:
+            self._fail_unstarted(marker, view, budget)
+            return
         previous_attempt = frame.attempt_id
         previous_takeover = frame.takeover
         owner = self.m.owner_record()
@@ -95,7 +115,7 @@ class Launcher:
                 marker=claimed,
                 frame=frame,
                 spec=spec,
-                workspace_settings=self.m.handle.settings(),
+                workspace_settings=settings,
                 children=self.m.waiting.children_context(frame),
                 restart={
                     "previous_attempt_id": previous_attempt,
@@ -104,6 +124,7 @@ class Launcher:
                     "last_failure": frame.failure,
                 },
                 now=self.m.clock.now(),
+                uid=self.m.uid,
             )
         except LaunchRefused as refused:
             log.warning("job %s: %s", marker.key, refused)
@@ -131,8 +152,28 @@ class Launcher:
             launched.abandon()
             launched.close()
             return
+        except BaseException:
+            # Whatever stops this launch keeps the gate shut: an unrecorded runner must never run.
+            launched.abandon()
+            launched.close()
+            raise
         launched.release()
         from .manager import Running
 
         self.m.running[marker.job_id] = Running(running, JobView(running, frame, spec), plan, launched)
         log.info("launched %s pid %d: %s", marker.key, identity.pid, " ".join(plan.argv))
+
+    def _fail_unstarted(self, marker: Marker, view: JobView, budget: budgets.BudgetDecision) -> None:
+        """A ready job whose budget is spent fails at its claim, without starting (or counting) an attempt.
+
+        Every decision that makes a job ready checks the budget first; this is the last
+        gate, for a job made ready by an older version or by hand.
+        """
+        try:
+            claimed, frame = self.m.store.transition(marker, view.frame, Event.CLAIM, owner=self.m.owner_record())
+        except LostRace:
+            return
+        failure = Failure(budget.failure_code or budgets.ATTEMPTS_EXHAUSTED, f"no attempt started: {budget.reason}")
+        log.warning("job %s: %s", marker.key, failure.message)
+        self.m.finish(claimed, frame, Event.LAUNCH_FAILED,
+                      {"owner": None, "failure": failure.to_json(), "reason": budget.reason})

@@ -79,6 +79,14 @@ class Layout:
         return f"{self.control}/tmp"
 
     @property
+    def ids(self) -> str:
+        return f"{self.control}/ids"
+
+    def id_reservation(self, job_id: str) -> str:
+        """The workspace-wide reservation of ``job_id`` (a lowercase uuid), fanned out by its first two digits."""
+        return f"{self.ids}/{job_id[:2]}/{job_id}"
+
+    @property
     def quarantine(self) -> str:
         return f"{self.control}/quarantine"
 

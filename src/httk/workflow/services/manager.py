@@ -13,22 +13,27 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from .. import codec
+from ..domain.joins import DEFAULT_JOIN_GRACE_SECONDS
 from ..domain.lifecycle import ACTIVE_KINDS, TERMINAL_KINDS, Event, StateKind, next_kind
 from ..domain.model import Failure
 from ..domain.scheduling import Offer
 from ..ports import LaunchedProcess, ProcessControl, Verifier
 from .attempts import AttemptPlan, LaunchSettings
 from .cancellation import Cancellation
-from .commit import ChildrenError, Decision, clear_note, create_children, decide, note_for_parent
+from .children import ChildPlan, ChildrenError, plan_children
+from .commit import Decision, clear_note, decide, note_for_parent
+from .containment import Refusals, contained
 from .discovery import Discovery
+from .draining import Drain
 from .launching import Launcher
+from .links import UntrustedLink
 from .markers import Marker
-from .outcomes import Outcome, read_outcome
+from .outcomes import Outcome, published, read_outcome
 from .recovery import Recovery
 from .requests import RequestProcessor
 from .store import JobDamage, JobView, LostRace
@@ -38,6 +43,7 @@ from .waiting import WaitingPass
 from .workspaces import WorkspaceHandle
 
 log = logging.getLogger("httk.workflow.manager")
+T = TypeVar("T")
 
 #: Every pass that can make work ready (registration, recovery, commits, joins) runs before
 #: the claiming pass, so new ready work is claimed in the same tick.
@@ -65,7 +71,7 @@ class ManagerConfig:
     takeover_grace_factor: float = 2.0
     unsafe_persistent_takeover: bool = False
     unsafe_isolated_takeover: bool = False
-    join_grace_seconds: float = 3600.0
+    join_grace_seconds: float = DEFAULT_JOIN_GRACE_SECONDS
     idle: bool = False
     idle_timeout: float | None = None
     runner_search_paths: tuple[str, ...] = ()
@@ -88,6 +94,8 @@ class Running:
     view: JobView
     plan: AttemptPlan
     process: LaunchedProcess
+    #: This manager terminated the attempt while draining: an exit without an outcome is not the job's.
+    drained: bool = False
 
 
 class Manager:
@@ -132,11 +140,15 @@ class Manager:
         self.stop_now = False
         self.last_heartbeat = -1e18
         self.manager_dir = f"{self.layout.managers}/{self.id}"
+        self.refusals = Refusals(self.fs, f"{self.manager_dir}/refused", self.clock.now)
+        #: Jobs whose last observation here was a refusal (job key -> reason): logged once, counted in the summary.
+        self.refused: dict[str, str] = self.refusals.reasons
         self.waiting = WaitingPass(self)
         self.launcher = Launcher(self)
         self.recovery = Recovery(self)
         self.requests = RequestProcessor(self)
         self.cancellation = Cancellation(self)
+        self.drain = Drain(self)
         # Idle detection: a kind is quiet when its last full cycle saw no progress.
         self._seq = 0
         self._last_progress = 0
@@ -163,14 +175,18 @@ class Manager:
         status = 0
         while not self.stop_now:
             progress = self.tick()
-            busy = bool(self.running or self.cancellation.pending)
+            # Ready requests this manager may serve beyond one tick's bound keep it awake too.
+            busy = bool(self.running or self.cancellation.pending or self.requests.pending)
             if progress or busy:
                 started_quiet = self.clock.monotonic()
             if self.draining:
+                self.drain.terminate()  # one launched while the signal arrived
                 if not self.running or self.clock.monotonic() >= (self.drain_deadline or 0):
                     log.info("drain complete; exiting with %d attempt(s) left to lease recovery", len(self.running))
                     break
-            elif not busy and all(self._quiet.values()) and not self.config.idle:
+            elif (not busy and all(self._quiet.values()) and not self.config.idle
+                  and self.recovery.awaiting() is None):
+                # Idle only when no takeover verdict says this manager will act on a job later.
                 break
             elif self.config.idle_timeout is not None and not busy:
                 if self.clock.monotonic() - started_quiet >= self.config.idle_timeout:
@@ -194,9 +210,9 @@ class Manager:
             raise SystemExit(130)
         log.warning("signal %d: draining (no new claims; committing for %.0fs)", signum, self.config.drain_timeout)
         self.draining = True
+        self.drain.signal = signum
         self.drain_deadline = self.clock.monotonic() + self.config.drain_timeout
-        for running in self.running.values():
-            self.proc.terminate_group(running.process.identity.pgid)
+        self.drain.terminate()
 
     def banner(self) -> str:
         return (
@@ -229,6 +245,9 @@ class Manager:
             "placement_prefixes": list(self.config.placement_prefixes),
             "lease_seconds": self.lease,
             "workers": self.config.workers,
+            # What this manager's takeover and join verdicts depend on: ``job why`` decides with the same.
+            "takeover": self.recovery.settings.to_json(),
+            "join_grace_seconds": self.config.join_grace_seconds,
             "journal_writers": [self.store.writer.writer_id],
             "started_at": self.clock.now(),
         }
@@ -255,7 +274,8 @@ class Manager:
         before = self._last_progress
         self.heartbeat()
         self.reap()
-        if self.requests.process():
+        if self.requests.process().moved:
+            # A request applied, retired or quarantined is progress of the queue, whatever it did to a job.
             self._progress()
         if self.cancellation.poll():
             self._progress()
@@ -273,6 +293,7 @@ class Manager:
             self.reap()
             self._check_pass_duration(kind, self.clock.monotonic() - started)
             if result.cycle_complete:
+                self.recovery.cycle_complete(kind)
                 self._quiet[kind] = self._last_progress <= self._cycle_start[kind]
                 self._seq += 1
                 self._cycle_start[kind] = self._seq
@@ -286,52 +307,97 @@ class Manager:
             log.warning("a %s pass took %.1fs, half the %.0fs lease", kind.value, duration, self.lease)
 
     def _handle_pass(self, kind: StateKind, markers: list[Marker]) -> None:
+        """Act on one pass's markers; each job is handled under :meth:`contain` (the claim window per job too)."""
         if self.only_jobs is not None:
             markers = [marker for marker in markers if marker.job_id in self.only_jobs]
         if kind == StateKind.SUBMITTED:
             for marker in markers:
-                self._register(marker)
+                self.contain(marker, "registration", lambda marker=marker: self._register(marker))
         elif kind == StateKind.READY:
             if not self.draining:
                 self.launcher.claim_window(markers)
         elif kind == StateKind.WAITING:
             for marker in markers:
-                if self.waiting.evaluate(marker):
+                if self.contain(marker, "the join", lambda marker=marker: self.waiting.evaluate(marker)):
                     self._progress()
         elif kind == StateKind.CANCELLING:
             for marker in markers:
-                if self.cancellation.consider(marker):
+                if self.contain(marker, "cancellation", lambda marker=marker: self.cancellation.consider(marker)):
                     self._progress()
         else:
             for marker in markers:
                 if marker.job_id in self.running:
                     continue
-                if self.recovery.consider(marker):
+                if self.contain(marker, "recovery", lambda marker=marker: self.recovery.consider(marker)):
                     self._progress()
+
+    # -- per-job fault isolation -------------------------------------------------------------
+    def contain(self, marker: Marker, what: str, handler: Callable[[], T]) -> T | None:
+        """Run one observation of a job through the shared containment (:func:`.containment.contained`).
+
+        An unexpected exception refuses that job and the manager goes on; every step of the
+        protocol is crash-safe, so an abandoned handling leaves the job as a killed manager
+        would. One that ends without a refusal and finds the job moved on clears an earlier one.
+        """
+        refusals, progress = self.refusals.count, self._last_progress
+
+        def fault(reason: str) -> None:
+            # A fault after this handling moved the job (a claim whose launch failed) stands at its new marker.
+            moved = self._last_progress != progress and self.store.locate(marker.placement, str(marker.key))
+            self.refusals.refuse(marker, reason, generation=moved[0].generation if moved else None)
+
+        result = contained(what, handler, fault)
+        if self.refusals.count == refusals:
+            self.refusals.observed(marker, progressed=self._last_progress != progress)
+        return result
+
+    def refuse(self, marker: Marker, reason: str) -> None:
+        """Record that this manager does not handle ``marker``'s job: logged once per reason, counted,
+        and kept under ``managers/<id>/refused/`` for ``job why``."""
+        self.refusals.refuse(marker, reason)
 
     # -- registration ------------------------------------------------------------------------
     def owned_by_me(self, marker: Marker) -> bool:
-        """The safety property: marker, payload and job.json are regular, non-symlink, ours."""
+        """The safety property: marker, payload and job.json are regular, non-symlink, ours.
+
+        A job it refuses is refused like any other (logged once, counted in the summary,
+        named by ``job why`` with the check that failed); a name that vanished meanwhile
+        (another manager moved the marker) is no refusal.
+        """
+        problem = self._unsafe(marker)
+        if problem:
+            self.refuse(marker, f"the safety property refuses it: {problem}")
+        return problem is None
+
+    def _unsafe(self, marker: Marker) -> str | None:
+        """Which check of the safety property fails (``""``: a name is gone), or ``None``."""
         payload = self.store.payload_dir(marker)
-        for path, want_dir in (
-            (self.store.marker_path(marker), False),
-            (payload, True),
-            (f"{payload}/job.json", False),
+        for what, path, want_dir in (
+            ("marker", self.store.marker_path(marker), False),
+            ("payload directory", payload, True),
+            ("job.json", f"{payload}/job.json", False),
         ):
             info = self.fs.lstat(path)
-            if info is None or info.is_symlink or info.uid != self.uid:
-                return False
+            if info is None:
+                return ""
+            if info.is_symlink:
+                return f"its {what} {path} is a symbolic link"
+            if info.uid != self.uid:
+                return f"its {what} {path} is owned by uid {info.uid}, not by this manager's uid {self.uid}"
             if want_dir != info.is_dir or (not want_dir and not info.is_file):
-                return False
-        return True
+                return f"its {what} {path} is not a {'directory' if want_dir else 'regular file'}"
+        return None
 
     def _register(self, marker: Marker) -> None:
         try:
             view = self.store.read_job(marker)
         except JobDamage as damage:
-            log.warning("job %s: cannot register: %s", marker.key, damage)
+            self.refuse(marker, f"cannot register: {damage}")
             return
-        if view.spec is None or view.spec.executor not in self.offer.executors or not self.owned_by_me(marker):
+        if view.spec is None:
+            self.refuse(marker, f"cannot register: {view.spec_error}")
+            return
+        if view.spec.executor not in self.offer.executors or not self.owned_by_me(marker):
             return
         try:
             self.store.transition(
@@ -363,28 +429,45 @@ class Manager:
                             running.marker.key, pgid)
                 self.proc.kill_group(pgid)
             self._progress()
+            self.contain(running.marker, "the commit", lambda running=running, code=returncode:
+                         self.end_attempt(running, code))
+
+    def end_attempt(self, running: Running, returncode: int) -> None:
+        """Commit an exited attempt, or give its job back when this manager's drain stopped it."""
+        if running.drained and not published(self.fs, running.plan.control):
+            self.drain.release(running, returncode)
+        else:
+            # An outcome published during the drain is committed like any other.
             self.commit_exited(running, returncode)
 
     def commit_exited(self, running: Running, returncode: int) -> None:
+        result = self.attempt_transition(
+            running, lambda frame: (Event.PUBLISH, {"notes": {**frame.notes, "returncode": returncode}})
+        )
+        if result is None:
+            return
+        marker, frame = result
+        outcome = read_outcome(self.fs, running.plan.control, returncode)
+        self.commit(marker, frame, running.view.spec, running.plan.control, outcome)
+
+    def attempt_transition(
+        self, running: Running, change: Callable[[Any], tuple[Event, dict[str, Any]]]
+    ) -> tuple[Marker, Any] | None:
+        """Move the running marker of this very attempt by ``change(frame)``; ``None`` if it is not ours now."""
         marker, frame = running.marker, running.view.frame
         for _try in range(3):
+            event, changes = change(frame)
             try:
-                marker, frame = self.store.transition(
-                    marker, frame, Event.PUBLISH, notes={**frame.notes, "returncode": returncode}
-                )
-                break
+                return self.store.transition(marker, frame, event, **changes)
             except LostRace:
                 # Another actor (a deferred pause applied elsewhere) may have renamed the running marker
-                # of this very attempt; anything else (a cancel) means the attempt is not ours to commit.
+                # of this very attempt; anything else (a cancel) means the attempt is not ours to end.
                 current = self._current_running(marker, frame.attempt_id)
                 if current is None:
-                    log.info("job %s changed under its attempt (cancelled?); not committing", marker.key)
-                    return
+                    log.info("job %s changed under its attempt (cancelled?); leaving it", marker.key)
+                    return None
                 marker, frame = current
-        else:
-            return
-        outcome = read_outcome(self.fs, running.plan.control, returncode)
-        self.commit(marker, frame, running.view.spec, running.plan.control, outcome, recovering=False)
+        return None
 
     def _current_running(self, marker: Marker, attempt_id: str | None) -> tuple[Marker, Any] | None:
         """The job's current ``running`` marker and frame if it is still the same attempt."""
@@ -397,11 +480,17 @@ class Manager:
                 return current, frame
         return None
 
-    def commit(
-        self, marker: Marker, frame: Any, spec: Any, control: str, outcome: Outcome, *, recovering: bool
-    ) -> None:
+    def commit(self, marker: Marker, frame: Any, spec: Any, control: str, outcome: Outcome) -> None:
         """Apply an outcome to a job this manager holds in ``committing``."""
         applied = False
+        children: ChildPlan | None = None
+        if outcome.published and outcome.spawned:
+            # Verified before the data changes: an outcome whose children clash changes nothing.
+            try:
+                children = plan_children(self.store, control, outcome, marker, attempt_id=frame.attempt_id or "")
+            except (ChildrenError, codec.DocumentError, OSError) as error:
+                outcome = Outcome("fail", failure=Failure("protocol_error", f"children not created: {error}"),
+                                  published=False)
         if outcome.published and outcome.transaction:
             if spec.data_mode != "transactional":
                 outcome = Outcome("fail", failure=Failure(
@@ -412,11 +501,13 @@ class Manager:
                     apply_transaction(self.fs, self.layout, marker.job_id, control, outcome.transaction,
                                       durable=self.handle.durable)
                     applied = True
+                except UntrustedLink as error:
+                    outcome = Outcome("fail", failure=Failure("protocol_error", str(error)), published=False)
                 except (TransactionError, OSError) as error:
                     outcome = Outcome("fail", failure=Failure("transaction_error", str(error)), published=False)
-        if outcome.published and outcome.spawned:
+        if outcome.published and children is not None:
             try:
-                created = create_children(self.store, control, outcome, marker, recovering=recovering)
+                created = children.create()
             except (ChildrenError, codec.DocumentError, OSError) as error:
                 outcome = Outcome("fail", failure=Failure("protocol_error", f"children not created: {error}"),
                                   published=False)

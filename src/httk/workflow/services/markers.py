@@ -10,10 +10,13 @@ from __future__ import annotations
 import attrs
 
 from ..domain.lifecycle import StateKind
-from ..domain.model import JobKey, ValidationError
+from ..domain.model import JobKey, ValidationError, check_priority
 
 INIT_REF = "init"
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+#: A generation fits 63 bits (13 base-36 digits): a name claiming more is damage, not a job.
+MAX_GENERATION = 2**63 - 1
+_NUMBER_DIGITS = 24  # longer fields ("p" + sign + 19 digits at most) are refused before int() sees them
 
 
 def to_base36(value: int) -> str:
@@ -63,11 +66,16 @@ class Marker:
         try:
             if not priority_text.startswith("p") or not generation_text.startswith("g"):
                 raise ValueError
-            priority = int(priority_text[1:])
+            if len(priority_text) > _NUMBER_DIGITS or len(generation_text) > _NUMBER_DIGITS:
+                raise ValueError
+            priority = check_priority(int(priority_text[1:]))
             generation = int(generation_text[1:], 36)
-            if generation_text[1:] != to_base36(generation) or not ref:
+            # Both numbers must be written the one way the store writes them ("p+0" or "g00" are not).
+            if priority_text[1:] != str(priority) or generation_text[1:] != to_base36(generation) or not ref:
+                raise ValueError
+            if generation > MAX_GENERATION:
                 raise ValueError
             key = JobKey.parse(key_text)
         except (ValueError, ValidationError):
-            raise MarkerNameError(f"unparseable marker name {name!r}") from None
+            raise MarkerNameError(f"unparseable marker name {name[:200]!r}") from None
         return cls(StateKind(kind), placement, key, priority, generation, ref)

@@ -9,14 +9,25 @@ docs/workflow_filesystem_api.md "The outcome".
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 import attrs
 
 from .. import codec
-from ..domain.model import JOIN_CONDITIONS, Failure, JobKey, ValidationError, check_placement, check_step, check_tag
+from ..domain.model import (
+    Failure,
+    JobKey,
+    ValidationError,
+    check_join_condition,
+    check_placement,
+    check_priority,
+    check_step,
+    check_tag,
+)
 from ..ports import Filesystem
-from ..protocol import parse_job_bytes
+from ..protocol import JOB_FILE, PRIVATE_DIR, parse_job_bytes
+from .links import refuse_links
 
 OUTCOME_FORMAT = "httk-workflow-outcome"
 ACTIONS = ("advance", "wait", "succeed", "fail", "retry", "pause")
@@ -50,24 +61,49 @@ def _protocol_error(message: str) -> Outcome:
     return Outcome("fail", failure=Failure("protocol_error", message), published=False)
 
 
+def published(fs: Filesystem, control: str) -> bool:
+    """Whether the attempt whose control directory is ``control`` published an outcome (valid or not)."""
+    return fs.exists(f"{control}/outcome.ready")
+
+
 def read_outcome(fs: Filesystem, control: str, returncode: int | None) -> Outcome:
     """The outcome of the attempt whose control directory is ``control``."""
     ready = f"{control}/outcome.ready"
-    if fs.exists(ready):
+    if published(fs, control):
         try:
+            _refuse_links(fs, control)
             return _parse_ready(fs, ready)
         except (codec.DocumentError, ValidationError, ValueError, OSError) as error:
+            # Also a directory, FIFO or symlink where a document belongs, or one past the size
+            # bound: the runner's bytes are refused for this attempt, never a fault of the manager.
             return _protocol_error(f"malformed outcome: {error}")
     return _synthesize(fs, control, returncode)
+
+
+def _refuse_links(fs: Filesystem, control: str) -> None:
+    """Refuse an outcome that would lead the commit through a symbolic link (:mod:`.links`).
+
+    Checked from the job's attempts directory down: ``outcome.ready/`` and every
+    name a commit reads or moves in it (``outcome.json``, ``children/spawn.json``,
+    ``children/jobs/`` and each payload there with its ``job.json`` and
+    ``.httk-job/parent.json``, ``transaction/manifest.json``, ``transaction/files/``).
+    A child payload's other files travel with it as they are, links included.
+    """
+    ready = f"{control}/outcome.ready"
+    anchor = posixpath.dirname(control)
+    refuse_links(fs, anchor, f"{ready}/outcome.json", f"{ready}/children/spawn.json", f"{ready}/children/jobs",
+                 f"{ready}/transaction/manifest.json", f"{ready}/transaction/files")
+    for entry in fs.scandir(f"{ready}/children/jobs"):
+        refuse_links(fs, anchor, f"{entry.path}/{JOB_FILE}", f"{entry.path}/{PRIVATE_DIR}/parent.json")
 
 
 def _synthesize(fs: Filesystem, control: str, returncode: int | None) -> Outcome:
     error_file = f"{control}/error.json"
     if fs.exists(error_file):
         try:
-            error = codec.decode_object(fs.read_bytes(error_file), error_file)
-        except codec.DocumentError:
-            error = {}
+            error = codec.decode_object(fs.read_document(error_file), error_file)
+        except (codec.DocumentError, OSError) as unreadable:
+            error = {"exception": "unreadable error.json", "message": str(unreadable)}
         message = f"{error.get('exception', 'error')}: {error.get('message', '')}".strip()
         details = {key: error[key] for key in ("step", "exception", "file", "line", "command") if key in error}
         details["returncode"] = returncode
@@ -107,10 +143,13 @@ def stderr_tail(fs: Filesystem, control: str, limit: int = 400) -> str:
     """The last non-empty lines of an attempt's stderr.log (at most ``limit`` characters), for the failure."""
     path = f"{control}/stderr.log"
     info = fs.lstat(path)
-    if info is None or not info.size:
-        return ""
+    if info is None or not info.is_file or not info.size:
+        return ""  # a runner may have replaced its log with a link or a FIFO: nothing to quote then
     start = max(0, info.size - 4096)
-    text = fs.read_range(path, start, 4096).decode("utf-8", "replace")
+    try:
+        text = fs.read_range(path, start, 4096).decode("utf-8", "replace")
+    except OSError:
+        return ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     tail = " | ".join(lines[-3:])
     return tail[-limit:]
@@ -118,7 +157,7 @@ def stderr_tail(fs: Filesystem, control: str, limit: int = 400) -> str:
 
 def _parse_ready(fs: Filesystem, ready: str) -> Outcome:
     name = f"{ready}/outcome.json"
-    document = codec.decode_object(fs.read_bytes(name), name)
+    document = codec.decode_object(fs.read_document(name), name)
     check = codec.Checked(name)
     if document.get("format") != OUTCOME_FORMAT or document.get("format_version") != 1:
         raise check.fail("$.format", f"expected {OUTCOME_FORMAT} version 1")
@@ -147,6 +186,11 @@ def _parse_ready(fs: Filesystem, ready: str) -> Outcome:
         reason = check.string(document, "reason", "$", optional=True) or ""
     if action == "advance":
         priority = check.integer(document, "priority", "$", optional=True)
+        if priority is not None:
+            try:
+                check_priority(priority)
+            except ValidationError as error:
+                raise check.fail("$.priority", str(error)) from None
     spawned = _read_spawn(fs, ready)
     transaction = _read_transaction(fs, ready)
     if join is not None:
@@ -154,6 +198,12 @@ def _parse_ready(fs: Filesystem, ready: str) -> Outcome:
         for label in join["children"]:
             if label not in labels:
                 raise check.fail("$.join.children", f"label {label!r} was not spawned by this attempt")
+        # The SDK's gather rule, now that the children are known: a stored join must never be
+        # one the waiting pass cannot evaluate (that would wedge the job, and every manager with it).
+        try:
+            check_join_condition(join["when"], join["count"], children=len(join["children"]) or len(labels))
+        except ValidationError as error:
+            raise check.fail("$.join", str(error)) from None
     return Outcome(
         action,
         step=step,
@@ -170,17 +220,22 @@ def _parse_ready(fs: Filesystem, ready: str) -> Outcome:
 def _parse_join(check: codec.Checked, join: Any) -> dict[str, Any]:
     if not isinstance(join, dict):
         raise check.fail("$.join", "expected an object")
-    step = check_step(check.string(join, "step", "$.join") or "")
+    extra = set(join) - {"step", "when", "count", "on_impossible", "children"}
+    if extra:
+        raise check.fail(f"$.join.{sorted(extra)[0]}", "unknown member")
     when = join.get("when", "all_succeeded")
-    if when not in JOIN_CONDITIONS:
-        raise check.fail("$.join.when", f"expected one of {', '.join(JOIN_CONDITIONS)}")
     count = join.get("count")
-    if when == "at_least" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
-        raise check.fail("$.join.count", "at_least needs an int count >= 1")
-    on_impossible = join.get("on_impossible")
-    if on_impossible is not None:
-        check_step(on_impossible)
+    try:
+        step = check_step(check.string(join, "step", "$.join") or "")
+        on_impossible = join.get("on_impossible")
+        if on_impossible is not None:
+            check_step(on_impossible)
+        check_join_condition(when, count)
+    except ValidationError as error:
+        raise check.fail("$.join", str(error)) from None
     children = check.strings(join, "children", "$.join")
+    if len(set(children)) != len(children):
+        raise check.fail("$.join.children", "a label is listed twice")
     return {"step": step, "when": when, "count": count, "on_impossible": on_impossible, "children": children}
 
 
@@ -188,7 +243,7 @@ def _read_spawn(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
     name = f"{ready}/children/spawn.json"
     if not fs.exists(name):
         return []
-    document = codec.decode_object(fs.read_bytes(name), name)
+    document = codec.decode_object(fs.read_document(name), name)
     check = codec.Checked(name)
     children = document.get("children")
     if not isinstance(children, list):
@@ -215,10 +270,10 @@ def _read_spawn(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
         if payload != f"jobs/{job_key}":
             raise check.fail(f"{path}.payload", f"expected jobs/{job_key}")
         # The payload must be in the outcome; a crash-recovering commit may already have moved it
-        # into place, which create_children checks against the workspace instead.
+        # into place, which plan_children checks against the workspace instead.
         if fs.exists(f"{ready}/children/{payload}"):
             job_file = f"{ready}/children/{payload}/job.json"
-            parse_job_bytes(fs.read_bytes(job_file), job_file)
+            parse_job_bytes(fs.read_document(job_file), job_file)
         out.append({"label": label, "job_id": key.job_id, "job_key": job_key, "placement": placement,
                     "payload": payload})
     return out
@@ -228,7 +283,7 @@ def _read_transaction(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
     name = f"{ready}/transaction/manifest.json"
     if not fs.exists(name):
         return []
-    document = codec.decode_object(fs.read_bytes(name), name)
+    document = codec.decode_object(fs.read_document(name), name)
     operations = document.get("operations")
     if not isinstance(operations, list):
         raise codec.DocumentError(name, "$.operations", "expected an array")

@@ -9,10 +9,13 @@ values. Spec: 000 "Workspace policy", "Application settings".
 from __future__ import annotations
 
 import copy
+import math
 import re
 from typing import Any
 
 from ..codec import type_name
+from ..domain import settings as engine_settings
+from ..domain.model import ValidationError
 
 DEFAULT_POLICY: dict[str, Any] = {
     "visibility_deadline_seconds": 5.0,
@@ -20,7 +23,7 @@ DEFAULT_POLICY: dict[str, Any] = {
     "journal_segment_bytes": 67108864,
     "retention": {},
 }
-RETENTION_KEYS = ("attempt_control_days", "journal_days", "trash_days")
+RETENTION_KEYS = ("attempt_control_days", "journal_days", "trash_days", "transfer_days")
 SETTING_NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*(\.[a-z0-9_][a-z0-9_-]*)*$")
 
 
@@ -28,10 +31,21 @@ class PolicyError(ValueError):
     """A policy or settings write that is refused; the message names the key and the fix."""
 
 
+def _spelled(value: float) -> str:
+    """A non-finite float as it was typed (``1e999`` reads as Infinity)."""
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
 def _positive_number(key: str, value: Any) -> float:
+    if isinstance(value, float) and not math.isfinite(value):
+        # Python's JSON parser reads NaN, Infinity and 1e999; format.json could not be written with them.
+        raise PolicyError(f"policy {key}: {_spelled(value)} is not a finite JSON number; give a positive number")
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise PolicyError(f"policy {key}: expected a positive number, got {type_name(value)} {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond every float, such as 10**400
+        raise PolicyError(f"policy {key}: an integer of {len(str(value))} digits is too large") from None
 
 
 def _check_retention(key: str, value: Any) -> dict[str, float]:
@@ -41,6 +55,10 @@ def _check_retention(key: str, value: Any) -> dict[str, float]:
     for name, days in value.items():
         if name not in RETENTION_KEYS:
             raise PolicyError(f"policy retention.{name}: unknown key; known: {', '.join(RETENTION_KEYS)}")
+        if isinstance(days, float) and not math.isfinite(days):
+            raise PolicyError(
+                f"policy retention.{name}: {_spelled(days)} is not a finite JSON number; give a number of days >= 0"
+            )
         if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
             raise PolicyError(f"policy retention.{name}: expected a number of days >= 0, got {days!r}")
         out[name] = days
@@ -92,6 +110,48 @@ def check_setting_name(name: str) -> str:
             f"invalid setting name {name!r}: use dotted lowercase names such as 'vasp.command'"
         )
     return name
+
+
+def check_setting_value(name: str, value: Any) -> Any:
+    """A setting value must be JSON that can reach a runner: no NUL in any string, no NaN or infinity.
+
+    NUL cannot be passed in an environment variable or a path, so one such value
+    would stop every attempt from starting.
+    """
+    problem = _value_problem(value)
+    if problem is not None:
+        raise PolicyError(f"setting {name}: {problem}; give a JSON value without it")
+    return value
+
+
+def _value_problem(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "the value contains a NUL character" if "\x00" in value else None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a JSON number"
+    if isinstance(value, dict):
+        for key, member in value.items():
+            problem = _value_problem(key) or _value_problem(member)
+            if problem is not None:
+                return problem
+    if isinstance(value, list):
+        for member in value:
+            problem = _value_problem(member)
+            if problem is not None:
+                return problem
+    return None
+
+
+def check_engine_setting(name: str, value: Any) -> None:
+    """Refuse a value of a setting the engine reads itself (``manager.workers``) that it could not use.
+
+    ``null`` is accepted: it reads as unset.
+    """
+    if name == engine_settings.WORKERS_SETTING and value is not None:
+        try:
+            engine_settings.check_workers(value)
+        except ValidationError as error:
+            raise PolicyError(str(error)) from None
 
 
 def setting_env_name(name: str) -> str:

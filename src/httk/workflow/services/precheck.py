@@ -1,11 +1,12 @@
 """``precheck``: a read-only readiness report for pending jobs, before managers start.
 
 For every submitted or ready job it checks that the runner reference resolves
-(and, where pinned, that the stored bytes still have the pinned digest) and
-measures the job against the workspace's live managers. An installed runner with
-no search path to look in is ``indeterminate``, not a failure. The report is
-advisory: the authoritative gate is at attempt start. Spec: 000 "Readiness and
-transfer environment advisories".
+by the manager's own rule (:func:`.runners.resolve_runner`, including the safety
+property of payload runners) and, where pinned, that the stored bytes still have
+the pinned digest, and measures the job against the workspace's live managers.
+An installed runner with no search path to look in is ``indeterminate``, not a
+failure. The report is advisory: the authoritative gate is at attempt start.
+Spec: 000 "Readiness and transfer environment advisories".
 """
 
 from __future__ import annotations
@@ -16,36 +17,31 @@ from typing import Any
 from ..domain.lifecycle import StateKind
 from ..domain.scheduling import Requirements, mismatches
 from .diagnosis import managers, offer_of
-from .digests import fs_digest
-from .runners import object_path
+from .runners import RunnerUnavailable, digest_mismatch, resolve_runner
 from .store import JobDamage
 from .workspaces import WorkspaceHandle
 
 PENDING = (StateKind.SUBMITTED, StateKind.READY)
 
 
-def _runner_finding(handle: WorkspaceHandle, payload: str, spec: Any, search_paths: Sequence[str]) -> dict[str, Any]:
+def _runner_finding(
+    handle: WorkspaceHandle, payload: str, spec: Any, search_paths: Sequence[str], uid: int
+) -> dict[str, Any]:
     fs = handle.fs
-    source, path, pinned = spec.runner_source, spec.runner_path, spec.runner_sha256
-    if source == "payload":
-        candidates = [f"{payload}/{path}"]
-    elif source == "workspace":
-        candidates = [object_path(handle.layout, pinned or "", path)]
-    else:
-        if not search_paths:
-            return {"status": "indeterminate", "message": f"installed runner {path!r}: no --runner-search-path given"}
-        candidates = [f"{root.rstrip('/')}/{path}" for root in search_paths]
-    for candidate in candidates:
-        if fs.lstat(candidate) is None:
-            continue
-        problem = _not_startable(fs, candidate)
-        if problem:
-            return {"status": "broken", "message": f"{source} runner {path!r}: {problem}"}
-        if pinned is not None and fs_digest(fs, candidate) != pinned:
-            return {"status": "broken", "message": f"{source} runner {path!r} at {candidate} does not match its pinned "
-                    "sha256 (runner_mismatch at attempt start)"}
-        return {"status": "ok", "message": f"{source} runner {path!r} resolves to {candidate}"}
-    return {"status": "broken", "message": f"{source} runner {path!r} not found (runner_unavailable at attempt start)"}
+    source, path = spec.runner_source, spec.runner_path
+    if source == "installed" and not search_paths:
+        return {"status": "indeterminate", "message": f"installed runner {path!r}: no --runner-search-path given"}
+    try:
+        candidate = resolve_runner(fs, handle.layout, payload, spec, search_paths, uid=uid)
+    except RunnerUnavailable as refused:
+        return {"status": "broken", "message": f"{refused} (runner_unavailable at attempt start)"}
+    problem = _not_startable(fs, candidate)
+    if problem:
+        return {"status": "broken", "message": f"{source} runner {path!r}: {problem}"}
+    mismatch = digest_mismatch(fs, candidate, spec)
+    if mismatch is not None:
+        return {"status": "broken", "message": f"{mismatch.message} at {candidate} (runner_mismatch at attempt start)"}
+    return {"status": "ok", "message": f"{source} runner {path!r} resolves to {candidate}"}
 
 
 def _not_startable(fs: Any, path: str) -> str | None:
@@ -59,14 +55,20 @@ def _not_startable(fs: Any, path: str) -> str | None:
         return None
     if not info.mode & 0o111:
         return "not executable (chmod +x it, or name it .py/.sh)"
-    head = fs.read_range(path, 0, 4)
+    try:
+        head = fs.read_range(path, 0, 4)
+    except OSError as error:  # a FIFO or device where the runner belongs is refused, never read blocking
+        return f"cannot be read ({error})"
     if not head.startswith(b"#!") and head != b"\x7fELF":
         return "has no '#!' interpreter line"
     return None
 
 
-def precheck(handle: WorkspaceHandle, *, search_paths: Sequence[str] = ()) -> dict[str, Any]:
-    """The readiness report; ``failed`` is true when something gives exit status 1."""
+def precheck(handle: WorkspaceHandle, *, uid: int, search_paths: Sequence[str] = ()) -> dict[str, Any]:
+    """The readiness report; ``failed`` is true when something gives exit status 1.
+
+    ``uid`` is the account whose managers would run the jobs (the safety property of payload runners).
+    """
     live = [manager for manager in managers(handle) if manager["live"]]
     jobs: list[dict[str, Any]] = []
     failed = False
@@ -81,7 +83,7 @@ def precheck(handle: WorkspaceHandle, *, search_paths: Sequence[str] = ()) -> di
                 failed = True
                 continue
             payload = handle.layout.payload(marker.placement, str(marker.key))
-            runner = {"check": "runner", **_runner_finding(handle, payload, spec, search_paths)}
+            runner = {"check": "runner", **_runner_finding(handle, payload, spec, search_paths, uid)}
             findings = [runner]
             failed |= runner["status"] == "broken"
             if live:

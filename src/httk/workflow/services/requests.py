@@ -2,24 +2,34 @@
 
 A request captures the job's exact marker (kind, generation, record reference)
 when it is made; it applies only while that marker is still the job's current
-one, so a delayed request can never mutate a newer state. A request that can
-never apply is retired with its reason; one for an executor this manager does
-not serve is left for a manager that does. Spec: 000 "Inspect and control".
+one, so a delayed request can never mutate a newer state. What it does is the
+domain's :func:`~httk.workflow.domain.requests.plan_request` for that state: the
+client refuses a request the plan says can never apply, and the manager applies
+the same plan (or retires the request with the plan's reason). A request for an
+executor this manager does not serve is left for a manager that does. Entries of
+``requests/ready`` are served round-robin, a bounded number per tick, and read
+without following a link or blocking; anything that is not a request document is
+quarantined. Serving an entry runs through the manager's one containment
+(:func:`.containment.contained`): an unexpected error of any type quarantines that
+entry as it is, with the reason in its audit record, and the pass goes on. Spec:
+000 "Inspect and control".
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .. import codec
-from ..domain import budgets
-from ..domain.lifecycle import TRANSITIONS, Event, StateKind
-from ..domain.model import ValidationError, check_placement, check_step
-from ..ports import Signer
-from .commit import counters_of, new_activation
+from ..domain.lifecycle import StateKind
+from ..domain.model import check_placement
+from ..domain.requests import ACTIONS, RequestPlan, plan_request
+from ..ports import Entry, Signer, UnreadableDocument
+from .commit import new_activation
+from .containment import contained
 from .markers import Marker, MarkerNameError
 from .store import JobDamage, JobView
 from .workspaces import WorkspaceHandle
@@ -29,12 +39,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("httk.workflow.manager")
 REQUEST_FORMAT = "httk-workflow-request"
-ACTIONS = ("pause", "continue", "cancel", "override_step")
+#: Requests read (or moved) per tick; the rest wait for the next tick, in round-robin order.
 PER_TICK = 64
 
 
 class RequestError(ValueError):
     """A request refused before publication; nothing was written."""
+
+
+def plan_for(view: JobView, action: str, step: str | None) -> RequestPlan:
+    """The domain's plan of ``action`` against the exact state ``view`` holds."""
+    policy = view.spec.retry_policy if view.spec is not None else None
+    return plan_request(action, view.marker.kind, view.frame, policy, step=step)
 
 
 def publish_request(
@@ -54,17 +70,15 @@ def publish_request(
         raise RequestError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
     if not operator:
         raise RequestError("--operator is required (who is asking), e.g. --operator \"$USER\"")
+    if action == "override_step" and not step:
+        raise RequestError("override_step needs --step STEP")
+    if action != "override_step" and step is not None:
+        raise RequestError("--step is only meaningful with override_step")
+    # The request is pinned to this exact state, so a plan refused now is refused forever.
+    plan = plan_for(view, action, step)
+    if not plan.applies:
+        raise RequestError(f"cannot {action} job {view.marker.key}: {plan.refusal}")
     if action == "override_step":
-        if not step:
-            raise RequestError("override_step needs --step STEP")
-        if (view.marker.kind, Event.OPERATOR_OVERRIDE_STEP) not in TRANSITIONS:
-            raise RequestError(
-                f"the step of a {view.marker.kind.value} job cannot be overridden; pause it (or let it finish) first"
-            )
-        try:
-            check_step(step)
-        except ValidationError as error:
-            raise RequestError(str(error)) from None
         recorded = view.frame.runner_steps
         if recorded is None:
             if warn:
@@ -76,8 +90,6 @@ def publish_request(
                 raise RequestError(message + " (pass --force if the runner was changed to add it)")
             if warn:
                 warn(f"note: {message}; publishing anyway because of --force")
-    elif step is not None:
-        raise RequestError("--step is only meaningful with override_step")
     marker = view.marker
     request_id = handle.ports.ids.new_id()
     document = {
@@ -109,45 +121,109 @@ def publish_request(
     return document
 
 
+@attrs.frozen
+class RequestPass:
+    """What one pass over ``requests/ready`` did."""
+
+    #: A job transitioned.
+    changed: bool = False
+    #: Requests taken out of ``ready`` (applied, retired or quarantined): the queue moved.
+    moved: int = 0
+    #: Entries this manager may serve are still waiting beyond this tick's bound.
+    pending: bool = False
+
+
 class RequestProcessor:
-    """Takes ready requests by rename and applies them through the transition table."""
+    """Takes ready requests by rename and applies the domain's plan for each."""
 
     def __init__(self, manager: Manager) -> None:
         self.m = manager
+        #: Round-robin cursor: the last name examined; the next pass starts after it.
+        self._cursor = ""
+        #: Ready entries this manager leaves where they are: requests for an executor it does not
+        #: serve (a document never changes), or an entry it failed to move (logged once).
+        self._left: set[str] = set()
+        self.pending = False
 
     @property
     def _dir(self) -> str:
         return self.m.layout.requests
 
-    def process(self) -> bool:
-        """Handle up to ``PER_TICK`` ready requests; True when any job changed."""
-        m = self.m
-        changed = False
+    def process(self) -> RequestPass:
+        """Handle up to ``PER_TICK`` ready entries, continuing after the last one examined."""
         self._reclaim_orphans()
-        entries = sorted(m.fs.scandir(f"{self._dir}/ready"), key=lambda entry: entry.name)[:PER_TICK]
-        for entry in entries:
-            if not entry.name.endswith(".json"):
-                continue
-            try:
-                request = codec.decode_object(m.fs.read_bytes(entry.path), entry.path)
-            except FileNotFoundError:
-                continue
-            except codec.DocumentError as error:
-                self._move(entry.path, "quarantine", entry.name, f"unreadable request: {error}", {})
-                continue
-            executor = request.get("executor", "path")
-            if not isinstance(executor, str):
-                self._move(entry.path, "quarantine", entry.name, "the request's executor is not a string", request)
-                continue
-            if executor not in m.offer.executors:
-                continue
-            claimed = f"{self._dir}/claimed/{m.id}/{entry.name}"
-            try:
-                m.fs.rename(entry.path, claimed, durable=m.handle.durable)
-            except (FileNotFoundError, FileExistsError):
-                continue
-            changed |= self._apply(claimed, entry.name, request)
-        return changed
+        entries = sorted(self.m.fs.scandir(f"{self._dir}/ready"), key=lambda entry: entry.name)
+        present = {entry.name for entry in entries}
+        self._left &= present
+        candidates = [entry for entry in entries if entry.name not in self._left]
+        names = [entry.name for entry in candidates]
+        start = bisect.bisect_right(names, self._cursor)
+        order = candidates[start:] + candidates[:start]
+        batch = order[:PER_TICK]
+        changed, moved = False, 0
+        for entry in batch:
+            # The manager's one containment: whatever goes wrong ends this entry alone, quarantined.
+            result = contained(f"serving request entry {entry.name}", lambda entry=entry: self._serve(entry),
+                               lambda reason, entry=entry: self._fault(entry, reason))
+            if result is not None:
+                moved += 1
+                changed |= result
+        if batch:
+            self._cursor = batch[-1].name
+        self.pending = len(order) > len(batch)
+        return RequestPass(changed=changed, moved=moved, pending=self.pending)
+
+    def _serve(self, entry: Entry) -> bool | None:
+        """One ready entry: ``None`` when it stays (unserved, vanished), else whether a job changed."""
+        m = self.m
+        if entry.is_symlink or not entry.is_file or not entry.name.endswith(".json"):
+            # Publishers rename ``<request-id>.json`` files in; anything else is never opened.
+            what = "a name without .json" if entry.is_file and not entry.is_symlink else "not a regular file"
+            return self._quarantine_entry(entry.path, entry.name, f"not a request document ({what})")
+        try:
+            request = codec.decode_object(m.fs.read_document(entry.path), entry.path)
+        except FileNotFoundError:
+            return None
+        except UnreadableDocument as refused:
+            return self._quarantine_entry(entry.path, entry.name, f"not a request document: {refused.problem}")
+        except OSError as error:
+            return self._quarantine_entry(entry.path, entry.name, f"unreadable request entry: {error}")
+        except codec.DocumentError as error:
+            self._move(entry.path, "quarantine", entry.name, f"unreadable request: {error}", {})
+            return False
+        executor = request.get("executor", "path")
+        if not isinstance(executor, str):
+            self._move(entry.path, "quarantine", entry.name, "the request's executor is not a string", request)
+            return False
+        if executor not in m.offer.executors:
+            self._left.add(entry.name)
+            return None
+        claimed = self._claimed(entry.name)
+        try:
+            m.fs.rename(entry.path, claimed, durable=m.handle.durable)
+        except FileNotFoundError:
+            return None  # another manager took it
+        except FileExistsError:
+            self._left.add(entry.name)  # never spin on it; a later manager reclaims ours
+            log.warning("request %s: already claimed by this manager; left in ready", entry.name)
+            return None
+        return self._apply(claimed, entry.name, request)
+
+    def _claimed(self, name: str) -> str:
+        return f"{self._dir}/claimed/{self.m.id}/{name}"
+
+    def _fault(self, entry: Entry, reason: str) -> bool | None:
+        """Serving ``entry`` raised: quarantine it as it is, from ``ready`` or from our claim, and never retry it.
+
+        ``False`` (moved, no job changed) once quarantined; ``None`` when another actor moved it first.
+        """
+        self._left.add(entry.name)  # should the quarantine fail too, the entry is not spun on here
+        claimed = self._claimed(entry.name)
+        path = claimed if self.m.fs.lstat(claimed) is not None else entry.path
+        moved = self._quarantine_entry(path, entry.name, reason)
+        if moved is None:  # it had moved on (applied, say) before the error: nothing to quarantine, still said
+            log.error("request entry %s: %s", entry.name, reason)
+        return moved
 
     def _reclaim_orphans(self) -> None:
         """Requests claimed by a manager that stopped heartbeating go back to ready."""
@@ -163,6 +239,23 @@ class RequestProcessor:
                     log.info("request %s returned to ready from stale manager %s", entry.name, holder.name)
                 except (FileNotFoundError, FileExistsError):
                     continue
+
+    def _quarantine_entry(self, path: str, name: str, reason: str) -> bool | None:
+        """Move an entry that is not a request document aside as it is, unread, with an audit record beside it."""
+        m = self.m
+        target = f"{self._dir}/quarantine/{name}"
+        try:
+            try:
+                m.fs.rename(path, target, durable=m.handle.durable)
+            except FileExistsError:
+                target = f"{target}.{m.ids.new_hex(8)}"
+                m.fs.rename(path, target, durable=m.handle.durable)
+        except FileNotFoundError:
+            return None  # someone else moved it
+        audit = {"entry": name, "quarantine_reason": reason, "quarantine_at": m.clock.now(), "quarantine_by": m.id}
+        m.fs.write_atomic(f"{target}.audit.json", codec.encode(audit), durable=m.handle.durable)
+        log.warning("request entry %s quarantined: %s", name, reason)
+        return False
 
     def _move(self, path: str, where: str, name: str, reason: str, request: dict[str, Any]) -> None:
         m = self.m
@@ -188,6 +281,10 @@ class RequestProcessor:
         except (MarkerNameError, KeyError, ValueError):
             self._move(path, "quarantine", name, "the request does not name a marker", request)
             return False
+        step = request.get("step")
+        if step is not None and not isinstance(step, str):
+            self._move(path, "quarantine", name, "the request's step is not a string", request)
+            return False
         operator_key = None
         if "signature" in request:
             unsigned = {key: value for key, value in request.items() if key != "signature"}
@@ -207,17 +304,23 @@ class RequestProcessor:
         except JobDamage as damage:
             self._move(path, "retired", name, f"job state unreadable: {damage}", request)
             return False
-        event, changes, problem = self._plan(view, action, request)
-        if event is None:
-            self._move(path, "retired", name, problem, request)
+        plan = plan_for(view, action, step)
+        if plan.event is None:
+            self._move(path, "retired", name, plan.refusal, request)
             return False
+        changes = dict(plan.changes)
+        if plan.activation_step is not None:
+            changes.update(new_activation(view.frame, m.ids, plan.activation_step, join=None, failure=None))
+        if plan.takes_ownership:
+            # The manager that fences the attempt owns the rest of the procedure.
+            changes["owner"] = m.owner_record()
         audit = {"operator": request.get("operator"), "reason": request.get("reason"),
                  "request_id": request.get("request_id"), "operator_key": operator_key}
-        result = m.finish(marker, view.frame, event, {**changes, **audit})
+        result = m.finish(marker, view.frame, plan.event, {**changes, **audit})
         if result is None:
             self._move(path, "retired", name, "lost the race to another transition", request)
             return False
-        self._move(path, "applied", name, f"applied as {event.value}", request)
+        self._move(path, "applied", name, f"applied as {plan.event.value}", request)
         mine = m.running.get(view.marker.job_id)
         if mine is not None and result[0].kind == StateKind.RUNNING:
             # A deferred pause renamed our own running marker: keep watching it under its new name.
@@ -226,49 +329,3 @@ class RequestProcessor:
         if result[0].kind == StateKind.CANCELLING:
             m.cancellation.start(result[0], result[1])
         return True
-
-    def _plan(
-        self, view: JobView, action: str, request: dict[str, Any]
-    ) -> tuple[Event | None, dict[str, Any], str]:
-        m = self.m
-        kind, frame, spec = view.marker.kind, view.frame, view.spec
-        if action == "pause":
-            if (kind, Event.OPERATOR_PAUSE) in TRANSITIONS:
-                return Event.OPERATOR_PAUSE, {}, ""
-            if (kind, Event.DEFER_PAUSE) in TRANSITIONS:
-                return Event.DEFER_PAUSE, {"pause_requested": True}, ""
-            return None, {}, f"a {kind.value} job cannot be paused"
-        if action == "continue":
-            if kind == StateKind.FAILED:
-                if spec is None:
-                    return None, {}, "job.json is unreadable"
-                verdict = budgets.continue_fits(spec.retry_policy, counters_of(frame))
-                if not verdict.allowed:
-                    return None, {}, f"continue does not fit the retry budget: {verdict.reason}"
-                return Event.OPERATOR_CONTINUE, {"attempt_ordinal": 0, "failure": None}, ""
-            if kind == StateKind.PAUSED:
-                join = frame.join or {}
-                if join and not join.get("resolved"):
-                    # Paused while waiting: resume the same join rather than rerun the spawning step.
-                    return Event.OPERATOR_RESUME_WAIT, {"pause_requested": False}, ""
-                return Event.OPERATOR_CONTINUE, {"pause_requested": False}, ""
-            if frame.pause_requested and (kind, Event.DEFER_PAUSE) in TRANSITIONS:
-                return Event.DEFER_PAUSE, {"pause_requested": False}, ""
-            return None, {}, f"a {kind.value} job has nothing to continue"
-        if action == "cancel":
-            if (kind, Event.OPERATOR_CANCEL) in TRANSITIONS:
-                owner = None
-                if kind == StateKind.RUNNING:
-                    # The manager that fences the attempt owns the rest of the procedure.
-                    owner = m.owner_record()
-                return Event.OPERATOR_CANCEL, {"owner": owner}, ""
-            return None, {}, f"a {kind.value} job cannot be cancelled"
-        step = request.get("step")
-        try:
-            check_step(step or "")
-        except ValidationError as error:
-            return None, {}, str(error)
-        if (kind, Event.OPERATOR_OVERRIDE_STEP) not in TRANSITIONS:
-            return None, {}, f"the step of a {kind.value} job cannot be overridden"
-        assert step is not None
-        return Event.OPERATOR_OVERRIDE_STEP, new_activation(frame, m.ids, step, join=None, failure=None), ""

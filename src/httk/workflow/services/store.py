@@ -17,10 +17,10 @@ import attrs
 
 from .. import codec
 from ..domain.frames import StateFrame
-from ..domain.lifecycle import Event, StateKind, next_kind
+from ..domain.lifecycle import LEAVING_EVENTS, Event, StateKind, next_kind
 from ..domain.model import JobKey
 from ..domain.scheduling import placement_matches
-from ..ports import Clock, Filesystem
+from ..ports import Clock, Filesystem, unreadable
 from ..protocol import JOB_FILE, JobSpec, parse_job_bytes
 from .journal import FrameDamage, JournalReader, JournalWriter
 from .layout import Layout
@@ -97,9 +97,13 @@ class Store:
     def read_spec(self, marker: Marker) -> JobSpec:
         path = f"{self.payload_dir(marker)}/{JOB_FILE}"
         try:
-            data = self.fs.read_bytes(path)
+            data = self.fs.read_document(path)
         except FileNotFoundError:
             raise JobDamage("missing_payload", f"{path} does not exist", marker) from None
+        except OSError as error:
+            # A directory, FIFO, symlink or oversized file is this job's bad definition, never a fault
+            # of the reader; the message names the file and what it is.
+            raise JobDamage("invalid_job", unreadable(path, error), marker) from None
         try:
             return parse_job_bytes(data, path)
         except codec.DocumentError as error:
@@ -163,14 +167,26 @@ class Store:
 
     # -- transitions -------------------------------------------------------------------------
     def transition(
-        self, marker: Marker, current: StateFrame, event: Event, **changes: Any
+        self,
+        marker: Marker,
+        current: StateFrame,
+        event: Event,
+        *,
+        origin: StateKind | None = None,
+        leave_to: str | None = None,
+        **changes: Any,
     ) -> tuple[Marker, StateFrame]:
         """Apply ``event``: append the new frame, then rename the marker onto it.
 
         Raises :class:`LostRace` when the old marker is gone (nothing is changed
         then beyond one orphan frame in this writer's journal, which no marker names).
+        A return event (``transfer_rollback``) needs ``origin``, the kind recorded at
+        detach; a leaving event (``transfer_retire``) renames the marker into the
+        directory ``leave_to`` outside the state tree, still naming its last frame.
         """
-        kind = next_kind(marker.kind, event)
+        kind = next_kind(marker.kind, event, origin=origin)
+        if (Event(event) in LEAVING_EVENTS) != (leave_to is not None):
+            raise ValueError(f"event {Event(event).value!r}: leave_to is for the events that leave the state tree")
         priority = changes.pop("priority", marker.priority)
         frame = current.evolve(
             generation=marker.generation + 1,
@@ -183,11 +199,24 @@ class Store:
         )
         ref = self.writer.append(codec.frame_to_json(frame))
         new_marker = Marker(kind, marker.placement, marker.key, priority, frame.generation, str(ref))
+        target = f"{leave_to}/{new_marker.name}" if leave_to is not None else self.marker_path(new_marker)
         try:
-            self.fs.rename(self.marker_path(marker), self.marker_path(new_marker), durable=self.config.durable)
+            self.fs.rename(self.marker_path(marker), target, durable=self.config.durable)
         except FileNotFoundError:
             raise LostRace(marker) from None
         return new_marker, frame
+
+    def adopt(self, staged: str, marker: Marker) -> bool:
+        """Rename the empty file ``staged`` (outside the state tree) to ``marker``; ``False`` when it is gone.
+
+        An import stages each marker durably before it decides, so a repeated import
+        moves each one at most once: a staged file that is gone was adopted already.
+        """
+        try:
+            self.fs.rename(staged, self.marker_path(marker), durable=self.config.durable)
+        except FileNotFoundError:
+            return False
+        return True
 
     # -- discovery ---------------------------------------------------------------------------
     def iter_markers(

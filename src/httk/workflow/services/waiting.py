@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 from .. import codec
 from ..domain import budgets
 from ..domain.frames import StateFrame
-from ..domain.joins import JoinAction, resolve_join
+from ..domain.joins import JoinAction, JoinDecision, resolve_join
 from ..domain.lifecycle import Event, StateKind
-from ..domain.model import Failure, JoinSpec
+from ..domain.model import Failure, JoinSpec, ValidationError
+from ..ports import Filesystem
 from ..protocol import parse_job_bytes
-from .commit import counters_of, new_activation, read_notes
+from .commit import new_activation, read_notes
+from .layout import Layout
 from .markers import Marker
 from .store import JobDamage
 
@@ -30,25 +32,55 @@ if TYPE_CHECKING:
 log = logging.getLogger("httk.workflow.manager")
 
 
+#: The stand-in kind of a child that has no terminal note but whose payload exists: somewhere active.
+ACTIVE_CHILD = StateKind.SUBMITTED
+
+
+def child_kinds(fs: Filesystem, layout: Layout, frame: StateFrame) -> dict[str, StateKind | None]:
+    """Each join child's kind by label: its terminal note's kind, ``ACTIVE_CHILD``, or ``None`` (unresolvable).
+
+    The one classification of join children: the waiting pass decides from it and ``job why`` reports it.
+    """
+    join = frame.join or {}
+    notes = read_notes(fs, layout, frame.job_id)
+    kinds: dict[str, StateKind | None] = {}
+    for child in join.get("children", []):
+        note = notes.get(child["job_id"])
+        if note is not None:
+            kinds[child["label"]] = StateKind(note["kind"])
+        elif fs.exists(layout.payload(child["placement"], child["job_key"])):
+            kinds[child["label"]] = ACTIVE_CHILD
+        else:
+            kinds[child["label"]] = None
+    return kinds
+
+
+def join_decision(
+    fs: Filesystem, layout: Layout, frame: StateFrame, *, now: float, grace_seconds: float
+) -> JoinDecision:
+    """The domain's decision for a waiting job's recorded join; raises ``ValidationError`` for a bad join."""
+    join = frame.join or {}
+    spec_join = JoinSpec(
+        step=join["step"],
+        when=join.get("when", "all_succeeded"),
+        count=join.get("count"),
+        on_impossible=join.get("on_impossible"),
+        children=tuple((child["label"], child["job_key"]) for child in join.get("children", [])),
+    )
+    return resolve_join(
+        spec_join,
+        child_kinds(fs, layout, frame),
+        first_unresolved_at=join.get("first_unresolved_at"),
+        now=now,
+        grace_seconds=grace_seconds,
+    )
+
+
 class WaitingPass:
     """Join evaluation for one manager."""
 
     def __init__(self, manager: Manager) -> None:
         self.m = manager
-
-    def _kinds(self, frame: StateFrame) -> tuple[dict[str, StateKind | None], dict[str, dict[str, Any]]]:
-        join = frame.join or {}
-        notes = read_notes(self.m.fs, self.m.layout, frame.job_id)
-        kinds: dict[str, StateKind | None] = {}
-        for child in join.get("children", []):
-            note = notes.get(child["job_id"])
-            if note is not None:
-                kinds[child["label"]] = StateKind(note["kind"])
-            elif self.m.fs.exists(self.m.layout.payload(child["placement"], child["job_key"])):
-                kinds[child["label"]] = StateKind.SUBMITTED  # somewhere in the active kinds
-            else:
-                kinds[child["label"]] = None
-        return kinds, notes
 
     def evaluate(self, marker: Marker) -> bool:
         """Resolve one waiting job's join; True when it transitioned."""
@@ -56,27 +88,19 @@ class WaitingPass:
         try:
             view = m.store.read_job(marker)
         except JobDamage as damage:
-            log.warning("waiting job %s unreadable: %s", marker.key, damage)
+            m.refuse(marker, f"waiting job unreadable: {damage}")
             return False
         frame, spec = view.frame, view.spec
         join = frame.join
         if not join or spec is None or not m.owned_by_me(marker):
             return False
-        kinds, _notes = self._kinds(frame)
-        spec_join = JoinSpec(
-            step=join["step"],
-            when=join.get("when", "all_succeeded"),
-            count=join.get("count"),
-            on_impossible=join.get("on_impossible"),
-            children=tuple((child["label"], child["job_key"]) for child in join.get("children", [])),
-        )
-        decision = resolve_join(
-            spec_join,
-            kinds,
-            first_unresolved_at=join.get("first_unresolved_at"),
-            now=m.clock.now(),
-            grace_seconds=m.config.join_grace_seconds,
-        )
+        try:
+            decision = join_decision(m.fs, m.layout, frame, now=m.clock.now(),
+                                     grace_seconds=m.config.join_grace_seconds)
+        except (ValidationError, KeyError) as error:
+            # A join recorded before its rule was checked at commit: report it, never crash the pass.
+            m.refuse(marker, f"its recorded join is invalid: {error}")
+            return False
         action = decision.action
         if action == JoinAction.WAIT:
             return False
@@ -87,7 +111,7 @@ class WaitingPass:
                             {"join": {**join, "first_unresolved_at": decision.first_unresolved_at}}) is not None
         if action in (JoinAction.SATISFIED, JoinAction.IMPOSSIBLE_ADVANCE):
             step = decision.next_step or join["step"]
-            verdict = budgets.can_advance(spec.retry_policy, counters_of(frame))
+            verdict = budgets.can_advance(spec.retry_policy, budgets.counters_of(frame))
             if not verdict.allowed:
                 failure = Failure(verdict.failure_code or "activations_exhausted", verdict.reason)
                 return m.finish(marker, frame, Event.JOIN_IMPOSSIBLE_FAIL,
@@ -107,8 +131,8 @@ class WaitingPass:
 
     def _data_of(self, job_id: str, payload: str) -> str | None:
         try:
-            spec = parse_job_bytes(self.m.fs.read_bytes(f"{payload}/job.json"), f"{payload}/job.json")
-        except (FileNotFoundError, codec.DocumentError):
+            spec = parse_job_bytes(self.m.fs.read_document(f"{payload}/job.json"), f"{payload}/job.json")
+        except (OSError, codec.DocumentError):
             return None
         return f"{self.m.layout.data_dir(job_id)}/current" if spec.data_mode == "transactional" else None
 

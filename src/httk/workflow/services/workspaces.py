@@ -9,13 +9,14 @@ Spec: 000 "Initialize a workspace", "Workspace policy", "Application settings".
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from .. import codec
 from ..domain.lifecycle import StateKind
-from ..ports import Clock, Filesystem, Ids
+from ..ports import BatchSystemError, Clock, Filesystem, Ids, UnreadableDocument, unreadable
 from . import policy as policy_rules
 from .layout import Layout
 from .store import Store, StoreConfig
@@ -33,6 +34,9 @@ class Ports:
     fs: Filesystem
     clock: Clock
     ids: Ids
+    #: Judges a setting an installed batch system owns (``slurm.*``) when it is written, raising
+    #: ``BatchSystemError``; the composition root supplies it, since services never see an adapter.
+    check_setting: Callable[[str, Any], None] | None = None
 
 
 class WorkspaceHandle:
@@ -89,14 +93,27 @@ class WorkspaceHandle:
 
     # -- settings ----------------------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
+        """The settings; a settings.json that is no small regular file is a ``DocumentError``, never a hang."""
+        path = self.layout.settings_file
         try:
-            data = self.fs.read_bytes(self.layout.settings_file)
+            data = self.fs.read_document(path)
         except FileNotFoundError:
             return {}
-        return codec.decode_object(data, self.layout.settings_file)
+        except OSError as error:
+            problem = error.problem if isinstance(error, UnreadableDocument) else f"cannot be read: {error.strerror}"
+            raise codec.DocumentError(path, "$", problem) from None
+        return codec.decode_object(data, path)
 
     def set_setting(self, name: str, value: Any) -> None:
+        """Validate and store one setting; a refused one leaves settings.json as it was."""
         policy_rules.check_setting_name(name)
+        policy_rules.check_setting_value(name, value)
+        policy_rules.check_engine_setting(name, value)
+        if self.ports.check_setting is not None:
+            try:
+                self.ports.check_setting(name, value)
+            except BatchSystemError as error:
+                raise policy_rules.PolicyError(str(error)) from None
         settings = self.settings()
         settings[name] = value
         self.fs.write_atomic(self.layout.settings_file, codec.encode(settings), durable=self.durable)
@@ -154,12 +171,15 @@ class WorkspaceService:
         fs = self.ports.fs
         layout = Layout.at(path)
         try:
-            data = fs.read_bytes(layout.format_file)
+            data = fs.read_document(layout.format_file)
         except FileNotFoundError:
             raise WorkspaceError(
                 f"{layout.root}: not an httk-workflow workspace (no .httk-workflow/format.json); "
                 f"create it with 'httk workflow workspace init {layout.root}'"
             ) from None
+        except OSError as error:
+            # A directory, FIFO, symlink or oversized file is refused unread: opening one never blocks.
+            raise WorkspaceError(f"{unreadable(layout.format_file, error)}; restore it as a regular file") from None
         document = codec.decode_object(data, layout.format_file)
         if document.get("format") != WORKSPACE_FORMAT or document.get("format_version") != 1:
             raise WorkspaceError(f"{layout.format_file} @ $.format: not an {WORKSPACE_FORMAT} version 1 document")
@@ -169,4 +189,12 @@ class WorkspaceService:
             raise WorkspaceError(f"{layout.format_file}: {error}") from None
         if not isinstance(document.get("workspace_id"), str):
             raise WorkspaceError(f"{layout.format_file} @ $.workspace_id: expected string")
+        # Read as given, a string "false" would be truthy and make a throwaway workspace durable (or
+        # the reverse): refuse anything but a JSON boolean rather than guess.
+        if not isinstance(document.get("durable", True), bool):
+            given = document["durable"]
+            raise WorkspaceError(
+                f"{layout.format_file} @ $.durable: expected true or false, got {codec.type_name(given)} "
+                f"{codec.dumps(given)[:40]}; write it as a JSON boolean"
+            )
         return WorkspaceHandle(self.ports, layout, document)

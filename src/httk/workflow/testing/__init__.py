@@ -4,7 +4,8 @@
 implement the ports in memory and pass the same contract suite as the real
 adapters. The in-memory filesystem is honest about POSIX: renames are atomic and
 fenced, a name or a byte survives :meth:`InMemoryFilesystem.crash` only if it
-was fsynced, and a lagging reader does not see a name before its lag elapsed.
+was fsynced, and a lagging reader does not see a name before its lag elapsed and
+still sees an unlinked name or a file's older size within its stale window.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from ..services.workspaces import Ports
 from .clock import FakeClock
 from .ids import SequentialIds
-from .memory_fs import InMemoryFilesystem, SimulatedCrash
+from .memory_fs import InMemoryFilesystem, SimulatedCrash, SimulatedHang
 from .process import FakeProcess, FakeProcessControl, Launch
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Ports",
     "SequentialIds",
     "SimulatedCrash",
+    "SimulatedHang",
     "memory_ports",
 ]
 

@@ -5,8 +5,9 @@ adapters. The invariant they protect is honesty about POSIX: renames are atomic 
 fenced, a name or a byte survives :meth:`InMemoryFilesystem.crash` only if it was
 fsynced (file content at the file's fsync, names at their directory's fsync, both
 halves of a cross-directory rename at the fsync of either directory), and a lagging
-reader does not see a name before its lag has elapsed. They import only the
-stdlib and :mod:`httk.workflow.ports`, never an adapter.
+reader does not see a name before its lag has elapsed, still sees an unlinked name
+and an older size of a grown file within its stale window (:mod:`.memory_lag`).
+They import only the stdlib and :mod:`httk.workflow.ports`, never an adapter.
 """
 
 from __future__ import annotations
@@ -14,97 +15,35 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import itertools
 import posixpath
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from httk.workflow.ports import Clock, Entry, FileStat
+from httk.workflow.ports import DOCUMENT_LIMIT, Clock, DocumentTooLarge, Entry, FileStat, NotRegularFile
 
 from .clock import FakeClock
+from .memory_tree import (
+    _DIR,
+    _FIFO,
+    _FILE,
+    _KIND_WORDS,
+    _LINK,
+    SimulatedCrash,
+    SimulatedHang,
+    _error,
+    _Inode,
+    _MemoryAppender,
+    _norm,
+    _parts,
+    _State,
+)
 
 T = TypeVar("T")
 
-_DIR, _FILE, _LINK = "dir", "file", "symlink"
 _Resolved = tuple["_Inode | None", str, "_Inode | None"]  # (parent directory, final name, inode)
 _FIRST_PAUSE = 0.01
 _MAX_PAUSE = 0.5
 _MAX_SYMLINK_HOPS = 40
-
-
-class SimulatedCrash(Exception):
-    """Raised by an armed :class:`InMemoryFilesystem` instead of performing a primitive."""
-
-
-def _error(code: int, path: str, other: str | None = None) -> OSError:
-    """The ``OSError`` subclass the OS would raise for ``code`` (FileNotFoundError, ...)."""
-    return OSError(code, errno.errorcode.get(code, "error"), path, None, other)
-
-
-def _norm(path: str) -> str:
-    if not path.startswith("/"):
-        raise ValueError(f"not an absolute path: {path!r}")
-    normalized = posixpath.normpath(path)
-    return "/" + normalized.lstrip("/")
-
-
-def _parts(path: str) -> list[str]:
-    return [part for part in path.split("/") if part]
-
-
-class _Inode:
-    """A file, directory or symlink, with its live state and its durable (last fsynced) state."""
-
-    def __init__(self, number: int, kind: str, uid: int, mtime: float, mode: int, target: str = "") -> None:
-        self.number = number
-        self.kind = kind
-        self.uid = uid
-        self.mtime = mtime
-        self.mode = mode
-        self.target = target
-        self.data = bytearray()
-        # Durable content is ``durable`` when set, else the first ``durable_length`` live bytes:
-        # appends after a sync leave the synced prefix intact, so a sync need not copy the file.
-        self.durable: bytes | None = None
-        self.durable_length = 0
-        self.entries: dict[str, int] = {}
-        self.durable_entries: dict[str, int] = {}
-        self.born: dict[str, float] = {}  # name -> monotonic time it was linked, for reader lag
-
-
-class _State:
-    """What every view of one in-memory filesystem shares."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.lock = threading.RLock()
-        self.numbers = itertools.count(1)
-        self.tokens = itertools.count(1)
-        self.inodes: dict[int, _Inode] = {}
-        self.root = self.new_inode(_DIR, uid=0, mode=0o755)
-        self.operation_count = 0
-        self.crash_at: int | None = None
-        self.dead = False
-        self.epoch = 0
-        # Cross-directory renames whose two halves are not durable yet:
-        # (source dir, source name, destination dir, destination name, inode number).
-        self.pending_renames: list[tuple[_Inode, str, _Inode, str, int]] = []
-
-    def new_inode(self, kind: str, *, uid: int, mode: int, target: str = "") -> _Inode:
-        inode = _Inode(next(self.numbers), kind, uid, self.clock.now(), mode, target)
-        self.inodes[inode.number] = inode
-        return inode
-
-    def operation(self, kind: str) -> None:
-        """Count one mutating primitive, or raise :class:`SimulatedCrash` before it takes effect."""
-        if self.dead:
-            raise SimulatedCrash(f"{kind} after a simulated crash; call crash() to recover")
-        if self.crash_at is not None and self.operation_count >= self.crash_at:
-            self.dead = True
-            self.crash_at = None
-            raise SimulatedCrash(f"simulated crash before {kind} (operation {self.operation_count})")
-        self.operation_count += 1
 
 
 _UNLOCKED = frozenset({"reader", "exists", "sleep", "retry_until"})
@@ -127,49 +66,6 @@ def _serialized(cls: type[T]) -> type[T]:
     return cls
 
 
-class _MemoryAppender:
-    """An append-only handle on one in-memory inode, valid until the next crash."""
-
-    def __init__(self, fs: InMemoryFilesystem, inode: _Inode, pending_dirs: list[_Inode]) -> None:
-        self._fs = fs
-        self._inode = inode
-        self._pending_dirs = pending_dirs  # directories naming a new file, synced at the first sync
-        self._epoch = fs._state.epoch
-        self._closed = False
-
-    def _check(self) -> None:
-        if self._closed or self._epoch != self._fs._state.epoch:
-            raise _error(errno.EBADF, "<appender>")
-
-    @property
-    def size(self) -> int:
-        """Bytes in the file."""
-        return len(self._inode.data)
-
-    def append(self, data: bytes) -> int:
-        """Append ``data`` and return the offset it starts at."""
-        with self._fs._state.lock:
-            self._check()
-            self._fs._state.operation("append")
-            offset = len(self._inode.data)
-            self._inode.data += data
-            self._inode.mtime = self._fs.clock.now()
-            return offset
-
-    def sync(self) -> None:
-        """Make the content durable, and the file's name the first time after creating it."""
-        with self._fs._state.lock:
-            self._check()
-            self._fs._fsync_file(self._inode)
-            while self._pending_dirs:
-                self._fs._fsync_dir_inode(self._pending_dirs[0])
-                self._pending_dirs.pop(0)
-
-    def close(self) -> None:
-        """Close the handle; closing twice is harmless."""
-        self._closed = True
-
-
 @_serialized
 class InMemoryFilesystem:
     """:class:`~httk.workflow.ports.Filesystem` in memory, with crash, crash arming and reader lag.
@@ -186,6 +82,8 @@ class InMemoryFilesystem:
     def __init__(self, clock: Clock | None = None, *, uid: int = 1000) -> None:
         self._state = _State(clock if clock is not None else FakeClock())
         self._lag = 0.0
+        self._stale = 0.0
+        self._client = 0
         self.uid = uid
 
     @property
@@ -195,17 +93,35 @@ class InMemoryFilesystem:
 
     # -- test API --------------------------------------------------------------------------
 
-    def reader(self, lag_seconds: float, *, uid: int | None = None) -> InMemoryFilesystem:
-        """Another client's view of the same tree, blind to names linked less than ``lag_seconds`` ago.
+    def reader(
+        self, lag_seconds: float, *, uid: int | None = None, stale_seconds: float | None = None
+    ) -> InMemoryFilesystem:
+        """Another client's view of the same tree, lagging as an NFS client does.
 
-        The lag hides names from reads (``read_*``, ``scandir``, ``lstat``, ``exists``);
-        mutations act on the true tree, as a server would.
+        Blind to names linked less than ``lag_seconds`` ago; still seeing names unlinked
+        (renamed away, removed, replaced) less than ``stale_seconds`` ago, with their old
+        inode, and the older size of a file appended to within that window.
+        ``stale_seconds`` defaults to ``lag_seconds``. The view sees its own changes at
+        once, as an NFS client does (close-to-open). The lag affects reads
+        (``read_*``, ``scandir``, ``lstat``, ``exists``); mutations act on the true
+        tree, as a server would.
         """
         view = object.__new__(InMemoryFilesystem)
         view._state = self._state
         view._lag = lag_seconds
+        view._stale = lag_seconds if stale_seconds is None else stale_seconds
+        view._client = next(self._state.clients)
         view.uid = self.uid if uid is None else uid
+        self._state.history.widen(view._stale)
         return view
+
+    def before_scandir(self, path: str, action: Callable[[], None]) -> None:
+        """Run ``action`` once, the next time any view lists ``path``, before the listing is taken.
+
+        A deterministic hook for tests that need another actor to move something
+        between two directory listings of one walk (``fsck`` racing a transition).
+        """
+        self._state.scandir_hooks.setdefault(_norm(path), []).append(action)
 
     @property
     def operation_count(self) -> int:
@@ -235,7 +151,7 @@ class InMemoryFilesystem:
                 inode.durable, inode.durable_length = None, len(inode.data)
             elif inode.kind == _DIR:
                 inode.entries = dict(inode.durable_entries)
-                inode.born = {}
+                inode.born, inode.linked_by = {}, {}
         reachable, stack = set(), [state.root.number]
         while stack:
             number = stack.pop()
@@ -243,11 +159,16 @@ class InMemoryFilesystem:
             stack.extend(state.inodes[number].entries.values())
         state.inodes = {number: state.inodes[number] for number in reachable}
         state.dead, state.crash_at, state.pending_renames = False, None, []
+        state.history.clear()
         state.epoch += 1
 
     def symlink(self, target: str, path: str) -> None:
         """Create a symlink at ``path`` pointing at ``target`` (a create primitive)."""
         self._new_entry(path, _LINK, "create", 0o777, target)
+
+    def mkfifo(self, path: str) -> None:
+        """Create a FIFO at ``path`` (a create primitive); reading it blocking raises :class:`SimulatedHang`."""
+        self._new_entry(path, _FIFO, "create", 0o644)
 
     def chown(self, path: str, uid: int) -> None:
         """Set the owner of ``path`` (metadata only; not a counted primitive)."""
@@ -259,16 +180,25 @@ class InMemoryFilesystem:
 
     # -- resolution ------------------------------------------------------------------------
 
-    def _child(self, directory: _Inode, name: str, lag: float) -> _Inode | None:
+    def _child(self, directory: _Inode, name: str, view: bool) -> _Inode | None:
+        """The inode ``name`` names: in the true tree, or (``view``) as this lagging view sees it."""
         number = directory.entries.get(name)
-        if number is None:
-            return None
-        born = directory.born.get(name)
-        if lag > 0 and born is not None and self.clock.monotonic() - born < lag:
-            return None
-        return self._state.inodes[number]
+        if not view:
+            return None if number is None else self._state.inodes[number]
+        now = self.clock.monotonic()
+        if number is not None:
+            born = directory.born.get(name)
+            if born is None or now - born >= self._lag or directory.linked_by.get(name) == self._client:
+                return self._state.inodes[number]
+        ghost = self._state.history.ghost(directory.number, name, now, self._lag, self._stale, self._client)
+        return None if ghost is None else self._state.inodes.get(ghost)
 
-    def _resolve(self, path: str, *, follow: bool, lag: float = 0.0) -> _Resolved:
+    def _length(self, node: _Inode) -> int:
+        """The size of a file as this view sees it (older within the stale window)."""
+        now = self.clock.monotonic()
+        return self._state.history.length(node.number, len(node.data), now, self._stale, self._client)
+
+    def _resolve(self, path: str, *, follow: bool, view: bool = False) -> _Resolved:
         """(parent directory, final name, inode or ``None``); intermediate symlinks are followed."""
         parts = _parts(_norm(path))
         parent: _Inode | None = None
@@ -278,7 +208,7 @@ class InMemoryFilesystem:
                 raise _error(errno.ENOTDIR, path)
             name = parts[index]
             last = index == len(parts) - 1
-            child = self._child(node, name, lag)
+            child = self._child(node, name, view)
             if child is None:
                 if last:
                     return node, name, None
@@ -295,28 +225,37 @@ class InMemoryFilesystem:
             index += 1
         return parent, name, node
 
-    def _existing(self, path: str, *, follow: bool, lag: float = 0.0) -> _Inode:
-        node = self._resolve(path, follow=follow, lag=lag)[2]
+    def _existing(self, path: str, *, follow: bool, view: bool = False) -> _Inode:
+        node = self._resolve(path, follow=follow, view=view)[2]
         if node is None:
             raise _error(errno.ENOENT, path)
         return node
 
-    def _visible(self, path: str, *, follow: bool = False, lag: float | None = None) -> _Inode | None:
-        """The inode at ``path`` as this view sees it (or the true tree with ``lag=0``), else ``None``."""
+    def _visible(self, path: str, *, follow: bool = False, view: bool = True) -> _Inode | None:
+        """The inode at ``path`` as this view sees it (or the true tree with ``view=False``), else ``None``."""
         try:
-            return self._resolve(path, follow=follow, lag=self._lag if lag is None else lag)[2]
+            return self._resolve(path, follow=follow, view=view)[2]
         except (FileNotFoundError, NotADirectoryError):
             return None
 
     # -- primitives ------------------------------------------------------------------------
 
     def _link(self, directory: _Inode, name: str, inode: _Inode) -> None:
+        replaced = directory.entries.get(name)
+        if replaced is not None and replaced != inode.number:
+            self._state.history.unlinked(
+                directory.number, name, replaced, directory.born.get(name), self.clock.monotonic(), self._client
+            )
         directory.entries[name] = inode.number
+        directory.linked_by[name] = self._client
         directory.born[name] = self.clock.monotonic()
         directory.mtime = self.clock.now()
 
     def _unlink(self, directory: _Inode, name: str) -> None:
+        number, born = directory.entries[name], directory.born.get(name)
+        self._state.history.unlinked(directory.number, name, number, born, self.clock.monotonic(), self._client)
         del directory.entries[name]
+        directory.linked_by.pop(name, None)
         directory.born.pop(name, None)
         directory.mtime = self.clock.now()
 
@@ -429,19 +368,31 @@ class InMemoryFilesystem:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole content of ``path``."""
-        node = self._existing(path, follow=True, lag=self._lag)
+        node = self._existing(path, follow=True, view=True)
         if node.kind == _DIR:
             raise _error(errno.EISDIR, path)
-        return bytes(node.data)
+        if node.kind == _FIFO:
+            raise SimulatedHang(f"a blocking read of the FIFO {path} never returns")
+        return bytes(node.data[: self._length(node)])
+
+    def read_document(self, path: str, limit: int | None = DOCUMENT_LIMIT) -> bytes:
+        """A regular file's bytes (final symlink refused, a FIFO refused unread), at most ``limit``."""
+        node = self._existing(path, follow=False, view=True)
+        if node.kind != _FILE:
+            raise NotRegularFile(path, f"is {_KIND_WORDS[node.kind]}, not a regular file")
+        size = self._length(node)
+        if limit is not None and size > limit:
+            raise DocumentTooLarge(path, f"is {size} bytes, more than the {limit}-byte bound of a document")
+        return bytes(node.data[:size])
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        """Up to ``length`` bytes at ``offset``; shorter at end of file."""
+        """Up to ``length`` bytes at ``offset`` of a regular file; shorter at end of file."""
         if offset < 0 or length < 0:
             raise _error(errno.EINVAL, path)
-        node = self._existing(path, follow=True, lag=self._lag)
-        if node.kind == _DIR:
-            raise _error(errno.EISDIR, path)
-        return bytes(node.data[offset : offset + length])
+        node = self._existing(path, follow=True, view=True)
+        if node.kind != _FILE:
+            raise NotRegularFile(path, f"is {_KIND_WORDS[node.kind]}, not a regular file")
+        return bytes(node.data[offset : min(offset + length, self._length(node))])
 
     def write_atomic(self, path: str, data: bytes, *, durable: bool) -> None:
         """Publish ``data`` at ``path`` all-or-nothing: temp, (fsync), rename, (fsync dir)."""
@@ -449,7 +400,7 @@ class InMemoryFilesystem:
 
     def write_new(self, path: str, data: bytes, *, durable: bool) -> None:
         """Like :meth:`write_atomic` but ``FileExistsError`` if ``path`` exists."""
-        if self._visible(path, lag=0) is not None:
+        if self._visible(path, view=False) is not None:
             raise _error(errno.EEXIST, path)
         self._publish(path, data, durable=durable, replace=False)
 
@@ -515,13 +466,17 @@ class InMemoryFilesystem:
 
     def scandir(self, path: str) -> Iterator[Entry]:
         """The entries of ``path`` (snapshot at call time); a missing directory yields nothing."""
+        base = _norm(path)
+        for action in self._state.scandir_hooks.pop(base, []):
+            action()
         node = self._visible(path, follow=True)
         if node is None or node.kind != _DIR:
             return iter(())
-        base = _norm(path)
         entries = []
-        for name in list(node.entries):
-            child = self._child(node, name, self._lag)
+        now = self.clock.monotonic()
+        ghosts = self._state.history.ghost_names(node.number, now, self._lag, self._stale, self._client)
+        for name in dict.fromkeys([*node.entries, *ghosts]):
+            child = self._child(node, name, True)
             if child is not None:
                 path_of = posixpath.join(base, name)
                 kind = child.kind
@@ -535,7 +490,7 @@ class InMemoryFilesystem:
         node = self._visible(path, follow=False)
         if node is None:
             return None
-        size = len(node.data) if node.kind == _FILE else len(node.target) if node.kind == _LINK else 0
+        size = self._length(node) if node.kind == _FILE else len(node.target) if node.kind == _LINK else 0
         kind = node.kind
         return FileStat(
             size=size,
@@ -553,10 +508,29 @@ class InMemoryFilesystem:
 
     def readlink(self, path: str) -> str:
         """The target a symlink points at; ``OSError`` (EINVAL) if ``path`` is not a symlink."""
-        node = self._existing(path, follow=False, lag=self._lag)
+        node = self._existing(path, follow=False, view=True)
         if node.kind != _LINK:
             raise _error(errno.EINVAL, path)
         return node.target
+
+    def find_symlink(self, root: str, path: str) -> str | None:
+        """The first link on the way from ``root`` (followed) to ``path`` (nothing below ``root`` followed)."""
+        base = _norm(root).rstrip("/")
+        if path.rstrip("/") != base and not path.startswith(f"{base}/"):
+            raise ValueError(f"{path} is not below {root}")
+        parts = [part for part in path[len(base) :].split("/") if part not in ("", ".")]
+        if ".." in parts:
+            raise ValueError(f"{path}: '..' is not allowed below {root}")
+        node = self._visible(root, follow=True)
+        current = base
+        for part in parts:
+            if node is None or node.kind != _DIR:
+                return None
+            current = f"{current}/{part}"
+            node = self._child(node, part, True)
+            if node is not None and node.kind == _LINK:
+                return current
+        return None
 
     def makedirs(self, path: str, *, durable: bool = False) -> None:
         """Create ``path`` and its parents (durably when asked); an existing directory is fine."""
@@ -588,7 +562,7 @@ class InMemoryFilesystem:
 
     def rmtree(self, path: str) -> None:
         """Remove a file, symlink or tree, one primitive per entry; a missing one is fine."""
-        node = self._visible(path, lag=0)
+        node = self._visible(path, view=False)
         if node is None:
             return
         if node.kind != _DIR:
@@ -601,7 +575,7 @@ class InMemoryFilesystem:
     def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
         """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once."""
         destination = _norm(destination)
-        if self._visible(destination, lag=0) is not None:
+        if self._visible(destination, view=False) is not None:
             raise _error(errno.EEXIST, destination)
         node = self._existing(source, follow=False)
         directory, name = posixpath.split(destination)
@@ -620,8 +594,8 @@ class InMemoryFilesystem:
             self._fsync_dir_inode(self._directory(directory))
 
     def _copy(self, node: _Inode, path: str) -> None:
-        if node.kind == _LINK:
-            self.symlink(node.target, path)
+        if node.kind in (_LINK, _FIFO):
+            self._new_entry(path, node.kind, "create", node.mode, node.target)
             return
         if node.kind == _FILE:
             copy = self._create_file(path)

@@ -7,19 +7,20 @@ import os
 from pathlib import Path
 from typing import Any
 
-from httk.workflow.fileio import atomic_write, durable_from_env
+from httk.workflow.adapters.fs_posix import PosixFilesystem
+from httk.workflow.runner_env import durable_from_env
 
 PathLike = str | os.PathLike[str]
 
 
 def write_text(path: PathLike, text: str) -> None:
     """Publish ``text`` (UTF-8) at ``path`` all-or-nothing, so a killed runner never leaves half an INCAR."""
-    atomic_write(path, text.encode("utf-8"), durable=durable_from_env())
+    write_bytes(path, text.encode("utf-8"))
 
 
 def write_bytes(path: PathLike, data: bytes) -> None:
-    """Publish ``data`` at ``path`` all-or-nothing."""
-    atomic_write(path, data, durable=durable_from_env())
+    """Publish ``data`` at ``path`` all-or-nothing (the POSIX filesystem adapter, durable as the runner's workspace)."""
+    PosixFilesystem().write_atomic(os.path.abspath(path), data, durable=durable_from_env())
 
 
 def write_json(path: PathLike, document: Any) -> None:

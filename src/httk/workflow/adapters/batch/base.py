@@ -17,10 +17,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from ...domain import settings as engine_settings
+from ...domain.model import ValidationError
 from ...ports import BatchJobStatus, BatchSystemError, CommandResult, RemoteTransport
 
 #: The workspace setting that supplies the default worker count.
-WORKERS_SETTING = "manager.workers"
+WORKERS_SETTING = engine_settings.WORKERS_SETTING
 
 
 class CommandLineBatchSystem(ABC):
@@ -32,6 +34,17 @@ class CommandLineBatchSystem(ABC):
     commands: ClassVar[tuple[str, ...]]
     #: What a job id of this scheduler looks like; anything else is refused before it reaches a command.
     id_pattern: ClassVar[re.Pattern[str]] = re.compile(r"[0-9]+")
+
+    @classmethod
+    def check_setting(cls, name: str, value: Any) -> None:
+        """Refuse a workspace setting ``<name>.*`` (this batch system's own) that it could not use.
+
+        ``workspace settings set`` asks the batch system named by a setting's first
+        component; raise :class:`~httk.workflow.ports.BatchSystemError` with one line. Use
+        the rule ``compose_script`` applies at run time, so a value is refused when it is
+        written rather than when a manager is submitted.
+        """
+        return None  # a batch system without settings of its own has nothing to refuse
 
     def __init__(self, transport: RemoteTransport, *, timeout: float | None = 120.0) -> None:
         self.transport = transport
@@ -116,16 +129,11 @@ def first_line(result: CommandResult) -> str:
 
 
 def resolve_workers(settings: Mapping[str, Any], workers: int | None) -> int:
-    """``workers`` when given, else the ``manager.workers`` setting, else 1."""
-    if workers is not None:
-        chosen: Any = workers
-        source = "--workers"
-    else:
-        chosen = settings.get(WORKERS_SETTING, 1)
-        source = f"setting {WORKERS_SETTING}"
-    if isinstance(chosen, bool) or not isinstance(chosen, int) or chosen < 1:
-        raise BatchSystemError(f"{source} must be a positive integer, not {chosen!r}")
-    return chosen
+    """``workers`` when given, else the ``manager.workers`` setting, else 1 (the domain's rule)."""
+    try:
+        return engine_settings.resolve_workers(settings, workers)
+    except ValidationError as error:
+        raise BatchSystemError(str(error)) from None
 
 
 def manager_command(

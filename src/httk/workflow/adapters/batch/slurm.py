@@ -4,7 +4,11 @@ Argv builders and pure parsers only; the transport runs them. The batch script
 takes its ``#SBATCH`` directives from the workspace's ``slurm.*`` application
 settings and its worker count from ``manager.workers`` unless ``--workers`` was
 given; a value that could break a directive line is refused, naming the setting.
-Other ``slurm.*`` names are left to runners. Finished jobs stay visible to
+``check_setting`` applies the same rule when ``workspace settings set`` writes a
+``slurm.*`` setting, and refuses a ``slurm.*`` name that is not one of the
+directives (a misspelt ``slurm.partiton`` would otherwise be silently ignored);
+``compose_script`` still checks every directive value, and skips other names, at
+run time. Finished jobs stay visible to
 ``squeue -t all`` for ``MinJobAge`` only; an id squeue no longer lists is
 ``UNKNOWN`` and counted as finished. Spec: 000 "Application settings".
 """
@@ -53,6 +57,10 @@ class SlurmBatchSystem(CommandLineBatchSystem):
     name = "slurm"
     commands = ("sbatch", "squeue", "scancel")
     id_pattern = re.compile(r"[0-9]+(_[0-9]+)?")
+
+    @classmethod
+    def check_setting(cls, name: str, value: Any) -> None:
+        check_setting(name, value)
 
     def compose_script(
         self,
@@ -107,6 +115,20 @@ def compose_script(
     # exec: scancel's SIGTERM reaches the manager itself, which then drains.
     lines.append("exec " + manager_command(workspace_path, manager_args, httk_command, count))
     return "\n".join(lines) + "\n"
+
+
+def check_setting(name: str, value: Any) -> None:
+    """Refuse a ``slurm.*`` setting that is not a directive, or a value its directive cannot carry.
+
+    ``None`` (JSON null) is accepted: ``compose_script`` writes no directive for it.
+    """
+    known = [setting for setting, _ in DIRECTIVES]
+    if name not in known:
+        raise BatchSystemError(
+            f"unknown Slurm setting {name!r}; the slurm.* settings are the batch directives {', '.join(sorted(known))}"
+        )
+    if value is not None:
+        directive_value(name, value)
 
 
 def directive_value(setting: str, value: Any) -> str:

@@ -1,0 +1,175 @@
+"""``httk workflow workflow list|show`` and ``httk workflow job new``: start a job from a named workflow.
+
+The catalog is the shipped workflows (the package's ``workflows/`` directory)
+plus the workspace's own (runner directories published as
+``workflows/<name>``); ``show`` asks the runner for its steps. ``job new``
+stages the file inputs into a payload, publishes a shipped runner into the
+workspace runner store, and submits the job pinned to that digest. A refusal
+prints one ``error:`` line, exits 2 and writes nothing. Spec: 000 "Running on
+a remote"; docs/vasp_runners.md "Shipped workflows".
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from ..bootstrap import shell_library_path
+from ..services.attempts import LaunchSettings
+from ..services.workflows import Catalog, Workflow, WorkflowError, describe, new_job
+from ..services.workspaces import WorkspaceHandle
+from ..workflows import SHIPPED_WORKFLOWS
+from .context import AppContext, pass_app
+from .job_cmds import job
+from .remote_refs import LocalPaths, remote_aware
+from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table, refuse, value_text
+
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON value instead of text.")
+
+
+@click.group("workflow", cls=Group)
+def workflow_group() -> None:
+    """List and describe the workflows a job can be started from (see 'job new')."""
+
+
+def catalog(handle: WorkspaceHandle) -> Catalog:
+    return Catalog(handle, SHIPPED_WORKFLOWS)
+
+
+@workflow_group.command("list", epilog=EXIT_CODES)
+@click.argument("workspace", required=False, metavar="[WORKSPACE]")
+@JSON_OPTION
+@pass_app
+@remote_aware(("workflow", "list"))
+def list_workflows(app: AppContext, workspace: str | None, as_json: bool) -> None:
+    """List the shipped workflows and the workspace's own (a workspace one shadows a shipped one)."""
+    handle = app.open_workspace(workspace)
+    entries = catalog(handle).entries()
+    if as_json:
+        emit_json([_summary(entry) for entry in entries])
+        return
+    rows = []
+    for entry in entries:
+        source = f"{entry.source} (shadows shipped)" if entry.shadows_shipped else entry.source
+        rows.append([entry.name, source, f"BROKEN: {entry.problem}" if entry.problem else entry.summary])
+    emit_table(["workflow", "source", "summary"], rows)
+
+
+def _summary(entry: Workflow) -> dict[str, Any]:
+    return {
+        "name": entry.name, "source": entry.source, "summary": entry.summary, "initial_step": entry.initial_step,
+        "problem": entry.problem, "shadows_shipped": entry.shadows_shipped,
+    }
+
+
+@workflow_group.command("show", epilog=EXIT_CODES)
+@click.argument("name")
+@click.argument("workspace", required=False, metavar="[WORKSPACE]")
+@JSON_OPTION
+@pass_app
+@remote_aware(("workflow", "show"))
+def show_workflow(app: AppContext, name: str, workspace: str | None, as_json: bool) -> None:
+    """Show one workflow: its steps (from the runner's --describe), inputs and the settings it reads."""
+    handle = app.open_workspace(workspace)
+    try:
+        entry = catalog(handle).get(name)
+        launch = LaunchSettings(python=sys.executable, shell_lib=shell_library_path(), base_env=dict(app.environ))
+        description = describe(handle, entry, app.container.process(), launch)
+    except WorkflowError as error:
+        refuse(str(error))
+    settings = handle.settings()
+    report = {
+        **entry.to_json(),
+        "steps": list(description["steps"]),
+        "settings": {
+            setting: {**declared, "set": setting in settings, "value": settings.get(setting)}
+            for setting, declared in entry.settings.items()
+        },
+    }
+    if as_json:
+        emit_json(report)
+        return
+    emit_pairs([
+        ("workflow", entry.name),
+        ("source", entry.source + (" (shadows the shipped one)" if entry.shadows_shipped else "")),
+        ("summary", entry.summary),
+        ("runner", entry.location),
+        ("steps", ", ".join(report["steps"])),
+        ("initial step", entry.initial_step),
+    ])
+    click.echo("inputs:")
+    for spec in entry.inputs:
+        if spec.required:
+            need = "required"
+        elif spec.has_default:
+            need = f"default {value_text(spec.default)}"
+        else:
+            need = "optional"
+        where = f", staged as {spec.destination}" if spec.destination else ""
+        click.echo(f"  {spec.name} ({spec.type}, {need}{where}): {spec.description}")
+    click.echo("settings:")
+    for setting, declared in report["settings"].items():
+        state = f"set to {value_text(declared['value'])}" if declared["set"] else (
+            "NOT SET (required)" if declared.get("required") else "not set")
+        click.echo(f"  {setting}: {state}; {declared.get('description', '')}")
+    if entry.options:
+        click.echo("runner options (workflow.json):")
+        for option, value in entry.options.items():
+            click.echo(f"  {option} = {value_text(value)}")
+
+
+@job.command("new", epilog=EXIT_CODES)
+@click.argument("workspace", required=False, metavar="[WORKSPACE]")
+@click.option("--workflow", "name", required=True, help="The workflow (see 'httk workflow workflow list').")
+@click.option(
+    "--input", "assignments", multiple=True, metavar="KEY=VALUE",
+    help="One input (repeatable). A file input stages the named file; other values are JSON, else text.",
+)
+@click.option("--tag", help="Tag for the job key, e.g. silicon.")
+@click.option("--placement", help="Relative path below the workspace (default: the workflow name).")
+@JSON_OPTION
+@pass_app
+@remote_aware(("job", "new"), local_paths=[LocalPaths("assignments", separator="=")])
+def new(
+    app: AppContext,
+    workspace: str | None,
+    name: str,
+    assignments: tuple[str, ...],
+    tag: str | None,
+    placement: str | None,
+    as_json: bool,
+) -> None:
+    """Create and submit a job from a workflow and print its job id.
+
+    Example: httk workflow job new --workflow vasp-relax --input structure=POSCAR --tag silicon
+    """
+    handle = app.open_workspace(workspace)
+    try:
+        created = new_job(
+            handle, catalog(handle), name, assignments, cwd=os.getcwd(), tag=tag, placement=placement
+        )
+    except WorkflowError as error:
+        refuse(str(error))
+    for warning in (*created.warnings, *([created.submitted.warning] if created.submitted.warning else [])):
+        click.echo(f"warning: {warning}", err=True)
+    marker = created.submitted.marker
+    if not as_json:
+        click.echo(marker.job_id)
+        return
+    emit_json({
+        "job_id": marker.job_id,
+        "job_key": str(marker.key),
+        "kind": marker.kind.value,
+        "placement": marker.placement,
+        "workflow": created.workflow.name,
+        "source": created.workflow.source,
+        "runner": dict(created.runner),
+        "inputs": dict(created.inputs),
+        "staged": dict(created.staged),
+        "payload": created.submitted.payload,
+        "workspace": handle.root,
+        "warnings": list(created.warnings),
+    })

@@ -1,0 +1,1 @@
+../vasp_relax/run.py

@@ -1,0 +1,181 @@
+"""A job id belongs to one job in the whole workspace (issue 10, "Runner-published identifiers are untrusted").
+
+``attempts/``, ``workdirs/``, ``data/`` and ``joins/`` are keyed by the job id
+alone, so the id is reserved workspace-wide (``.httk-workflow/ids/<2>/<id>``)
+before anything else of a job is written. A second job with the same id at
+another placement is refused even before the first has run, which the
+per-placement marker check and the directory traces could not see: by
+submission (one line naming the job, nothing written) and by a spawn
+(``protocol_error``, nothing created). ``workspace fsck`` reports jobs of older
+workspaces without a reservation and ``--repair`` creates them; gc never
+collects one.
+"""
+
+from __future__ import annotations
+
+import pytest
+from commit_support import (
+    ROOT,
+    SETTINGS,
+    add_job,
+    fsck_problems,
+    markers_of,
+    publisher,
+    spawn_tree,
+    workspace,
+)
+
+from httk.workflow import codec
+from httk.workflow.domain.lifecycle import StateKind
+from httk.workflow.services.fsck import Fsck
+from httk.workflow.services.gc import GarbageCollector
+from httk.workflow.services.manager import Manager, ManagerConfig
+from httk.workflow.services.submission import SubmissionError, submit
+from httk.workflow.testing import FakeProcessControl
+
+CHILD_ID = "cccccccc-0000-4000-8000-000000000001"
+CHILD = f"c--{CHILD_ID}"
+OTHER_ID = "cccccccc-0000-4000-8000-000000000002"
+OTHER = f"b--{OTHER_ID}"
+
+
+def _manager(handle, ports, behaviour, *prefixes: str) -> Manager:
+    proc = FakeProcessControl(ports.clock, behaviour, uid=ports.fs.uid)
+    config = ManagerConfig(lease_seconds=10.0, placement_prefixes=prefixes)
+    return Manager(handle, proc, SETTINGS, config, manager_id="m-a", out=lambda line: None)
+
+
+def _spawning(parents: set[str], children: list[tuple[str, str, str]]):
+    def tree(launch):
+        return spawn_tree(children) if launch.env["HTTK_WORKFLOW_JOB_ID"] in parents else None
+
+    return tree
+
+
+def _names(fs, top: str = ROOT) -> list[str]:
+    out, pending = [], [top]
+    while pending:
+        for entry in fs.scandir(pending.pop()):
+            out.append(entry.path)
+            if entry.is_dir and not entry.is_symlink:
+                pending.append(entry.path)
+    return sorted(out)
+
+
+def _reservation(handle, job_id: str) -> dict:
+    path = handle.layout.id_reservation(job_id)
+    return codec.decode_object(handle.fs.read_bytes(path), path)
+
+
+def _failure(handle, job_id: str) -> str:
+    [marker] = markers_of(handle, job_id)
+    frame = handle.store.read_frame(marker)
+    assert marker.kind == StateKind.FAILED and frame.failure["code"] == "protocol_error", frame.failure
+    return frame.failure["message"]
+
+
+def test_a_spawn_naming_the_id_of_a_job_elsewhere_that_has_not_run_yet_is_a_clash():
+    ports, handle = workspace()
+    existing = add_job(handle, "elsewhere", job_id=CHILD_ID)  # submitted, never claimed: no directory of its id
+    parent = add_job(handle)
+    # This manager serves only the parent's placement: the existing job stays unrun.
+    _manager(handle, ports, publisher(ports.fs, _spawning({parent.job_id}, [("c", CHILD, "kids")])), "p").run()
+
+    message = _failure(handle, parent.job_id)
+    assert f"job id {CHILD_ID} already belongs to job {existing.key} at elsewhere" in message
+    assert markers_of(handle, CHILD_ID) == [existing]
+    assert not ports.fs.exists(f"{ROOT}/kids")
+    assert not ports.fs.exists(handle.layout.job_attempts(CHILD_ID))
+    assert _reservation(handle, CHILD_ID)["placement"] == "elsewhere"
+
+
+def test_a_spawn_refused_midway_releases_the_ids_it_reserved_so_a_later_spawn_may_use_them():
+    """Child b's id is taken between the plan and its reservation; child a's reservation is withdrawn."""
+    ports, handle = workspace()
+    first = add_job(handle)
+    fs = ports.fs
+    write_new = fs.write_new
+    raced = [False]
+
+    def racing(path, data, *, durable):
+        if not raced[0] and path == handle.layout.id_reservation(OTHER_ID):
+            raced[0] = True
+            submit(handle, "/src/p", "elsewhere", job_id=OTHER_ID)  # another job, at another placement
+        return write_new(path, data, durable=durable)
+
+    fs.write_new = racing
+    children = [("a", CHILD, "kids"), ("b", OTHER, "kids")]
+    behaviour = publisher(fs, _spawning({first.job_id}, children))
+    _manager(handle, ports, behaviour, "p").run()
+    assert f"job id {OTHER_ID} already belongs to job {OTHER_ID} at elsewhere" in _failure(handle, first.job_id)
+    assert not fs.exists(handle.layout.id_reservation(CHILD_ID)), "the refused outcome's reservation was kept"
+    assert markers_of(handle, CHILD_ID) == [] and not fs.exists(f"{ROOT}/kids")
+
+    second = add_job(handle)
+    _manager(handle, ports, publisher(fs, _spawning({second.job_id}, [("a", CHILD, "kids")])), "p").run()
+    [child] = markers_of(handle, CHILD_ID)
+    assert child.kind == StateKind.SUBMITTED
+    reserved = _reservation(handle, CHILD_ID)
+    assert reserved["parent"]["job_id"] == second.job_id and reserved["origin"] == "spawn"
+
+
+def test_submission_refuses_an_id_reserved_at_another_placement_naming_the_job_and_writes_nothing():
+    ports, handle = workspace()
+    existing = add_job(handle, "a", job_id=CHILD_ID)
+    before = _names(ports.fs)
+    with pytest.raises(SubmissionError) as refused:
+        submit(handle, "/src/p", "b", job_id=CHILD_ID)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"cannot submit at placement 'b': job id {CHILD_ID} already belongs to job "
+                              f"{existing.key} at a")
+    assert _names(ports.fs) == before
+
+
+def test_fsck_reports_a_job_without_a_reservation_and_repair_creates_it():
+    ports, handle = workspace()
+    job = add_job(handle, "a")
+    child_like = add_job(handle, "b")
+    for marker in (job, child_like):  # a workspace from before reservations
+        ports.fs.remove(handle.layout.id_reservation(marker.job_id))
+    problems = fsck_problems(handle)
+    assert sorted((p["code"], p["job"]) for p in problems) == sorted(
+        [("missing_id_reservation", str(job.key)), ("missing_id_reservation", str(child_like.key))])
+    assert not ports.fs.exists(handle.layout.id_reservation(job.job_id)), "a check writes nothing"
+
+    report = Fsck(handle, repair=True).run()
+    assert [p["action"] for p in report["problems"]] == ["repaired", "repaired"]
+    assert report["left_for_operator"] == 0
+    assert _reservation(handle, job.job_id)["job_key"] == str(job.key)
+    assert _reservation(handle, job.job_id)["placement"] == "a"
+    assert fsck_problems(handle) == []
+    # And the repaired reservation protects the id as one made by submission does.
+    with pytest.raises(SubmissionError, match=f"already belongs to job {job.key} at a"):
+        submit(handle, "/src/p", "c", job_id=job.job_id)
+
+
+def test_fsck_reports_two_jobs_sharing_an_id_that_an_old_workspace_let_through():
+    ports, handle = workspace()
+    first = add_job(handle, "a", job_id=CHILD_ID)
+    ports.fs.remove(handle.layout.id_reservation(CHILD_ID))  # made before reservations existed
+    second = add_job(handle, "b", job_id=CHILD_ID)  # nothing left to see of the first: accepted
+    problems = fsck_problems(handle)
+    [conflict] = [problem for problem in problems if problem["code"] == "id_reservation_conflict"]
+    assert conflict["job"] == str(first.key) and f"job {first.key} at a has an id reserved" in conflict["message"]
+    assert f"reserved by job {second.key} at b" in conflict["message"]
+    assert "duplicate_marker" in {problem["code"] for problem in problems}
+    assert Fsck(handle, repair=True).run()["left_for_operator"] >= 1
+
+
+def test_gc_never_collects_reservations():
+    ports, handle = workspace()
+    job = add_job(handle)
+    _manager(handle, ports, publisher(ports.fs, lambda launch: None)).run()
+    [done] = markers_of(handle, job.job_id)
+    assert done.kind == StateKind.SUCCEEDED
+    for name in ("attempt_control_days", "trash_days", "journal_days"):
+        handle.set_policy(f"retention.{name}", 0)
+    ports.clock.advance(10 * 86400.0)
+    collected = GarbageCollector(handle).run()
+    assert any(item["category"] == "attempt_control" for item in collected["removed"])
+    assert _reservation(handle, job.job_id)["job_key"] == str(job.key)
