@@ -210,8 +210,12 @@ def check_path_lengths(paths: Iterator[tuple[str, bool]], placement: str) -> Non
                 f"placement {_clip(placement)} is too long for the filesystem: its component {_clip(part)} is "
                 f"{_size(part)} bytes, more than the {NAME_MAX}-byte name limit; choose a shorter placement"
             )
+    checked: set[str] = set()  # the same components recur in every path: check each once
     for path, by_placement in paths:
         for part in path.split("/"):
+            if part in checked:
+                continue
+            checked.add(part)
             if _size(part) > NAME_MAX:
                 raise SubmissionError(
                     f"placement {_clip(placement)}: the payload name {_clip(part)} is {_size(part)} bytes, more than "
