@@ -56,12 +56,14 @@ def tree(root: str) -> dict[str, str]:
     return found
 
 
-def manager_run(cli, workspace: str) -> subprocess.CompletedProcess[str]:
+def manager_run(cli, workspace: str, *, path: str | None = None) -> subprocess.CompletedProcess[str]:
     """``httk workflow manager run WS`` in its own process (a manager configures process-wide logging)."""
     script = Path(sys.executable).parent / "httk"
     if not script.exists():
         pytest.skip(f"console script httk is not installed next to {sys.executable}")
     env = {**os.environ, **cli.env}
+    if path is not None:
+        env["PATH"] = path
     done = subprocess.run([str(script), "workflow", "manager", "run", workspace], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
@@ -209,6 +211,20 @@ def test_a_relaxation_through_the_mock_succeeds_with_the_default_settings(cli, w
     assert "ISIF = 3" in (workdir / "INCAR").read_text() and not (workdir / "POTCAR").exists()
 
 
+def test_python_in_vasp_command_is_the_managers_own_even_when_path_names_another(cli, workspace, here, tmp_path):
+    """A batch job's PATH rarely names the venv: the manager runs attempts as if it were activated."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the test interpreter is not in a virtual environment")
+    impostor = tmp_path / "impostor-bin"
+    impostor.mkdir()
+    (impostor / "python").write_text("#!/bin/sh\necho 'not the python that has httk' >&2\nexit 127\n")
+    (impostor / "python").chmod(0o755)
+    cli("workspace", "settings", "set", workspace, "vasp.command", "python -m httk.workflow.testing.mock_vasp")
+    job_id = cli("job", "new", workspace, "--workflow", "vasp-relax", "--input", "structure=POSCAR").stdout.strip()
+    done = manager_run(cli, workspace, path=f"{impostor}:/usr/bin:/bin")
+    assert "1 succeeded, 0 failed" in done.stdout, cli.json("job", "show", workspace, job_id).get("failure")
+
+
 def test_a_remediable_failure_is_remedied_and_the_retry_succeeds(cli, workspace, here):
     cli("workspace", "settings", "set", workspace, "vasp.command", mock_command("--fail", "zbrent", "--until-remedied"))
     job_id = cli("job", "new", workspace, "--workflow", "vasp-relax", "--input", "structure=POSCAR").stdout.strip()
@@ -240,6 +256,21 @@ def test_a_real_vasp_command_without_a_potcar_source_fails_before_running(cli, w
     report = cli.json("job", "show", workspace, job_id)
     assert report["kind"] == "failed" and report["failure"]["code"] == "vasp_potcar_missing"
     assert "vasp.potcar_library" in report["failure"]["message"] and report["step"] == "prepare"
+
+
+def test_a_missing_vasp_command_names_a_fix_that_works(cli, workspace, here):
+    """The failure's advice, followed as written (setting, then continue), makes the job succeed."""
+    job_id = cli("job", "new", workspace, "--workflow", "vasp-relax", "--input", "structure=POSCAR").stdout.strip()
+    manager_run(cli, workspace)
+    failure = cli.json("job", "show", workspace, job_id)["failure"]
+    assert failure["code"] == "vasp_command_missing", failure
+    # No '--input vasp.command': job new refuses an input the workflow does not declare.
+    assert "--input" not in failure["message"] and "workspace settings set WORKSPACE vasp.command" in failure["message"]
+    assert "job request WORKSPACE JOB continue --operator" in failure["message"]
+    cli("workspace", "settings", "set", workspace, "vasp.command", mock_command())
+    cli("job", "request", workspace, job_id, "continue", "--operator", "rar")
+    manager_run(cli, workspace)
+    assert cli.json("job", "show", workspace, job_id)["kind"] == "succeeded"
 
 
 def test_a_static_run_publishes_no_contcar(cli, workspace, here):

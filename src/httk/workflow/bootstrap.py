@@ -143,6 +143,26 @@ def shell_library_path() -> str:
     return str(files("httk.workflow").joinpath("shell", "httk-workflow.sh"))
 
 
+def attempt_base_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment every attempt starts from: this process's, with a virtual environment's bin first.
+
+    A manager installed in a virtual environment (pipx, a project venv) runs attempts as
+    if that environment were activated, so ``python -m httk.workflow...`` and the httk
+    commands in a runner or a setting such as ``vasp.command`` resolve to the
+    installation that runs the manager even where a batch job's PATH does not name it.
+    A system interpreter changes nothing: putting ``/usr/bin`` first would shadow the
+    site's modules.
+    """
+    env = dict(environ)
+    if sys.prefix == sys.base_prefix:
+        return env
+    bindir = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != bindir:
+        env["PATH"] = f"{bindir}{os.pathsep}{path}" if path else bindir
+    return env
+
+
 def build_manager(container: Container, handle: WorkspaceHandle, config: ManagerConfig) -> Manager:
     """Wire a manager for ``handle`` with this process's adapters and logging."""
     process = container.process()
@@ -151,7 +171,7 @@ def build_manager(container: Container, handle: WorkspaceHandle, config: Manager
     launch = LaunchSettings(
         python=sys.executable,
         shell_lib=shell_library_path(),
-        base_env=dict(os.environ),
+        base_env=attempt_base_env(os.environ),
         runner_search_paths=tuple(os.path.abspath(path) for path in config.runner_search_paths),
     )
     manager = Manager(handle, process, launch, config, manager_id=manager_id)
