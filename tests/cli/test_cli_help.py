@@ -125,3 +125,21 @@ def test_console_scripts_run(tmp_path):
         env=env,
     )
     assert refused.returncode == 2 and refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("path", [("transfer",), ("job", "new"), ("workflow", "list"), ("workflow", "show"),
+                                  ("workspace", "list")], ids=" ".join)
+def test_the_campaign_commands_show_a_whole_example_command_line(path):
+    """Each example line is one unwrapped command a user can copy: ``httk workflow`` and the command's path."""
+    result = CliRunner().invoke(workflow, [*path, "--help"], terminal_width=60)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.strip() in ("Example:", "Examples:"))
+    block = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        block.append(line.strip())
+    # Every line of the block is a whole command: none was rewrapped at the terminal width.
+    prefix = "httk workflow " + " ".join(path)
+    assert block and all(line == prefix or line.startswith(prefix + " ") for line in block), block

@@ -8,6 +8,7 @@ import pytest
 
 from httk.workflow.domain.lifecycle import (
     ACTIVE_KINDS,
+    FINAL_KINDS,
     LEAVING_EVENTS,
     OWNED_KINDS,
     RETURN_EVENTS,
@@ -176,3 +177,11 @@ def test_a_drained_attempt_goes_back_to_ready_or_to_a_deferred_pause() -> None:
     assert next_kind(StateKind.RUNNING, drain_release_event(True)) == StateKind.PAUSED
     for kind in set(StateKind) - {StateKind.RUNNING}:
         assert not {Event.DRAIN_RELEASE, Event.DRAIN_PAUSE} & allowed_events(kind), kind
+
+
+def test_final_kinds_are_succeeded_and_cancelled_never_failed() -> None:
+    # Nothing leaves them but a transfer (which returns the job to the same kind): no attempt starts again.
+    assert FINAL_KINDS == {StateKind.SUCCEEDED, StateKind.CANCELLED}
+    assert next_kind(StateKind.FAILED, Event.OPERATOR_CONTINUE) == StateKind.READY
+    for kind in FINAL_KINDS:
+        assert allowed_events(kind) == {Event.FSCK_REPAIR, Event.TRANSFER_DETACH}, kind

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -155,8 +156,12 @@ def test_nothing_to_transfer_is_one_line_and_exit_zero(world):
 def test_kill_9_after_every_step_then_repeat_or_resume(world, step):
     a, b = world / "ws-a", world / "ws-b"
     command = ["transfer", str(a), str(b), "--job", "ok", "--job", "bad"]
-    killed = httk(world, *command, code=None, HTTK_WORKFLOW_TEST_STOP_AFTER=step)
+    scratch = world / "tmp"
+    scratch.mkdir()
+    killed = httk(world, *command, code=None, HTTK_WORKFLOW_TEST_STOP_AFTER=step, TMPDIR=str(scratch))
     assert killed.returncode == -9, (killed.stdout, killed.stderr)
+    # A killed local transfer leaves nothing in $TMPDIR (only a relay between two remotes uses it).
+    assert list(scratch.iterdir()) == [], step
     # Every job is somewhere right after the crash (a detached one still counts at the source).
     for tag in ("ok", "bad"):
         assert tag in jobs_of(a) or tag in jobs_of(b), (step, tag)
@@ -192,6 +197,10 @@ def test_a_job_a_manager_owns_is_refused_naming_the_owner(world):
                                                         "lease_seconds": 900})
     line = refused(world, str(a), str(world / "ws-b"), "--job", "later")
     assert "is claimed under manager m-0123456789ab on node7" in line and "pause it first" in line
+    # The command the refusal suggests is accepted as given (it names the required --operator).
+    suggested = shlex.split(line[line.index("('") + 2:line.rindex("')")].replace("$USER", "rar"))
+    assert suggested[:3] == ["httk", "workflow", "job"], suggested
+    assert "pause" in httk(world, *suggested[2:]).stdout
 
 
 def test_destination_already_holding_the_job_is_refused(world):

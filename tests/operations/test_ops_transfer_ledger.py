@@ -136,6 +136,19 @@ def test_the_default_selection_is_every_stopped_job():
     assert run(a, b)["transfers"] == []
 
 
+def test_a_job_that_never_runs_again_is_not_environment_checked():
+    """Bringing a succeeded or cancelled job home warns about nothing, even under --strict-environment."""
+    ports, a, b, jobs = world()
+    store = a.store
+    marker = inspection.resolve_job(a, "one")
+    store.transition(marker, store.read_job(marker).frame, Event.OPERATOR_CANCEL)
+    warned = []
+    report = Transfer(endpoint(a, "a"), endpoint(b, "b"), a.ports.ids, warn=warned.append).run(
+        jobs=["one"], strict=True)
+    assert report["transfers"][0]["state"] == "retired" and where(a, b, jobs["one"]) == [("b", "cancelled")]
+    assert report["environment"] == [] and warned == []
+
+
 def test_ledger_steps_are_ordered_and_fenced():
     ports = memory_ports()
     handle = WorkspaceService(ports).init(A)

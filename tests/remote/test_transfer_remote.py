@@ -112,6 +112,28 @@ def test_the_remote_side_killed_at_a_step_is_finished_or_rolled_back(here, tmp_p
     assert here.json("workspace", "fsck", str(runs))["clean"] is True
 
 
+def test_a_pipx_httk_in_local_bin_serves_a_transfer_without_httk_command(tmp_path):
+    """As every forwarded command does, transfer finds ~/.local/bin/httk when httk is not on the PATH there."""
+    client = Client(tmp_path)
+    bare = {"PATH": "/usr/bin:/bin"}  # no httk on it: only ~/.local/bin/httk, where pipx puts it
+    (tmp_path / ".local" / "bin").mkdir(parents=True)
+    (tmp_path / ".local" / "bin" / "httk").symlink_to(HTTK)
+    client("remote", "add", "here", "--template", "local")
+    client("remote", "configure", "here", "--set", f"workspace_root={tmp_path}")
+    client("workspace", "init", str(tmp_path / "ws"))
+    client("workspace", "init", f"here:{tmp_path / 'runs'}", "--name", "runs", **bare)
+    client("job", "submit", str(tmp_path / "ws"), str(write_payload(tmp_path / "payload")), "--placement", "camp")
+    sent = client("transfer", str(tmp_path / "ws"), "here:runs", "--kind", "submitted", **bare)
+    assert sent.stdout.startswith("transferred 1 job"), sent
+    (tmp_path / ".local" / "bin" / "httk").unlink()
+    back = client("transfer", "here:runs", str(tmp_path / "ws"), "--kind", "submitted", code=2, **bare)
+    # The refusal every forwarded command gives, naming both fixes.
+    assert back.stderr.strip().splitlines()[-1] == (
+        "error: remote here: no httk there (not on PATH, nor in ~/.local/bin); install it there ('pipx install "
+        "httk-workflow') or give its path with 'httk workflow remote configure here --set httk_command=PATH'")
+    assert len(kinds(tmp_path / "runs")) == 1
+
+
 def test_a_refusal_at_the_remote_moves_nothing(here, tmp_path):
     ws, runs = tmp_path / "ws", tmp_path / "runs"
     key = next(iter(Workspace(ws).handle.store.iter_markers(StateKind.SUBMITTED))).key
@@ -151,6 +173,8 @@ def kappa(infra_httk, tmp_path):
         yield client
     finally:
         transport.run(["rm", "-rf", remote_path])
+        # `workspace init kappa:PATH` registered the basename in the ssh user's registry: forget it too.
+        transport.run([infra_httk["CI_HTTK_COMMAND"], "workflow", "workspace", "forget", remote_path.rsplit("/", 1)[1]])
         transport.close()
 
 

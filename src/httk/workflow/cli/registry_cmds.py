@@ -21,7 +21,13 @@ from .workspace_cmds import JSON_OPTION, workspace
 @pass_app
 @remote_aware(("workspace", "list"), "remote", bare=True)
 def list_workspaces(app: AppContext, remote: str | None, as_json: bool) -> None:
-    """This machine's registered workspace names and paths; with REMOTE: (e.g. kappa:), that remote's."""
+    """This machine's registered workspace names and paths; with REMOTE: (e.g. kappa:), that remote's.
+
+    \b
+    Examples:
+      httk workflow workspace list
+      httk workflow workspace list kappa:
+    """
     if remote is not None:
         raise RegistryError(f"{remote}: expected a remote followed by a colon, e.g. 'kappa:' "
                             "(see 'httk workflow remote list')")

@@ -81,7 +81,7 @@ def _endpoint(app: AppContext, reference: str, sessions: dict[str, RemoteSession
     if session is None:
         session = sessions[remote.remote] = open_session(app, remote.remote)
     return RemoteEndpoint(session.transport, session.httk_command, remote.path, reference, remote=remote.remote,
-                          timeout=session.timeout)
+                          timeout=session.timeout, missing_httk=str(session.no_httk()))
 
 
 def _size(count: int) -> str:
@@ -170,13 +170,22 @@ def transfer(
     SRC only after DST acknowledged its import. An interrupted transfer is finished by
     running the same command again (or with --resume): afterwards each job is in exactly one
     of the two workspaces.
+
+    \b
+    Examples:
+      httk workflow transfer default kappa:runs --job JOB-ID
+      httk workflow transfer kappa:runs default     # every stopped job comes back
     """
     sessions: dict[str, RemoteSession] = {}
     progress = Progress()
-    scratch = tempfile.mkdtemp(prefix="httk-transfer-")
+    scratch: str | None = None
     try:
         src = _endpoint(app, source, sessions, destination=False)
         dst = _endpoint(app, destination, sessions, destination=True)
+        if isinstance(src, RemoteEndpoint) and isinstance(dst, RemoteEndpoint):
+            # Only a relay between two remotes passes the bundle through this machine; made only then,
+            # because a killed command cannot remove it.
+            scratch = tempfile.mkdtemp(prefix="httk-transfer-")
         flow = Transfer(src, dst, app.container.ids(), progress=progress, warn=_warn,
                         local_fs=app.container.fs(), scratch=scratch)
         try:
@@ -187,7 +196,8 @@ def transfer(
             refuse(str(error))
     finally:
         progress.end()
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         for session in sessions.values():
             session.close()
     report["summary"] = summary(report)

@@ -45,7 +45,13 @@ def catalog(handle: WorkspaceHandle) -> Catalog:
 @pass_app
 @remote_aware(("workflow", "list"))
 def list_workflows(app: AppContext, workspace: str | None, as_json: bool) -> None:
-    """List the shipped workflows and the workspace's own (a workspace one shadows a shipped one)."""
+    """List the shipped workflows and the workspace's own (a workspace one shadows a shipped one).
+
+    \b
+    Examples:
+      httk workflow workflow list
+      httk workflow workflow list kappa:runs
+    """
     handle = app.open_workspace(workspace)
     entries = catalog(handle).entries()
     if as_json:
@@ -72,7 +78,12 @@ def _summary(entry: Workflow) -> dict[str, Any]:
 @pass_app
 @remote_aware(("workflow", "show"))
 def show_workflow(app: AppContext, name: str, workspace: str | None, as_json: bool) -> None:
-    """Show one workflow: its steps (from the runner's --describe), inputs and the settings it reads."""
+    """Show one workflow: its steps (from the runner's --describe), inputs and the settings it reads.
+
+    \b
+    Example:
+      httk workflow workflow show vasp-relax runs
+    """
     handle = app.open_workspace(workspace)
     try:
         entry = catalog(handle).get(name)
@@ -144,7 +155,9 @@ def new(
 ) -> None:
     """Create and submit a job from a workflow and print its job id.
 
-    Example: httk workflow job new --workflow vasp-relax --input structure=POSCAR --tag silicon
+    \b
+    Example:
+      httk workflow job new --workflow vasp-relax --input structure=POSCAR --tag silicon
     """
     handle = app.open_workspace(workspace)
     try:

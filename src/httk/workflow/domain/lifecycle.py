@@ -185,6 +185,14 @@ del _kind
 # The retire frame keeps the kind; the marker naming it then leaves the state tree (LEAVING_EVENTS).
 TRANSITIONS[(S.TRANSFERRING, E.TRANSFER_RETIRE)] = S.TRANSFERRING
 
+#: Terminal kinds that no event of the table leaves, except to travel (a transfer returns the job to
+#: the same kind): no attempt of such a job ever starts again, wherever it goes. A failed job is
+#: not one (an operator ``continue`` makes it ready).
+FINAL_KINDS: frozenset[StateKind] = frozenset(
+    kind for kind in TERMINAL_KINDS
+    if all(target in (kind, S.TRANSFERRING) for (source, _event), target in TRANSITIONS.items() if source == kind)
+)
+
 
 def next_kind(kind: StateKind, event: Event, *, origin: StateKind | None = None) -> StateKind:
     """The kind a job moves to when ``event`` happens in ``kind``; raises :class:`IllegalTransition`.

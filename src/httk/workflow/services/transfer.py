@@ -204,7 +204,8 @@ class SourceSide:
             who = f"manager {owner.get('manager_id', '?')} on {owner.get('host', '?')}"
             raise TransferError(
                 f"job {key} is {marker.kind.value} under {who}: a job a manager owns cannot be transferred; wait "
-                f"until it stops, or pause it first ('httk workflow job request {self.label} {key} pause')"
+                f"until it stops, or pause it first ('httk workflow job request {self.label} {key} pause --operator "
+                f"\"$USER\"')"
             )
         frame = self._frame(marker)
         try:

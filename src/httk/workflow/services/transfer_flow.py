@@ -19,8 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .. import codec
+from ..domain.lifecycle import FINAL_KINDS, StateKind
 from ..ports import Filesystem, Ids, RemoteTransport, TransportError
 from . import transfer_bundle as bundles
+from .remote_staging import launch_argv
 from .transfer import TransferError
 from .transfer_ledger import DESTINATION, ROLLED_BACK, SOURCE
 
@@ -92,7 +94,7 @@ class RemoteEndpoint:
 
     def __init__(
         self, transport: RemoteTransport, httk_command: Sequence[str], workspace: str, label: str, *,
-        remote: str, timeout: float,
+        remote: str, timeout: float, missing_httk: str | None = None,
     ) -> None:
         self.transport = transport
         self.httk_command = list(httk_command)
@@ -100,19 +102,23 @@ class RemoteEndpoint:
         self.label = label
         self.remote = remote
         self.timeout = timeout
+        #: The refusal when the httk command is not there (the one every forwarded command gives).
+        self.missing_httk = missing_httk
 
     def call(self, role: str, op: str, request: Mapping[str, Any]) -> Any:
-        argv = [*self.httk_command, "workflow", "transfer-remote", role, op, "--label", self.label, "--"]
+        args = ["workflow", "transfer-remote", role, op, "--label", self.label, "--"]
         if self.workspace:
-            argv.append(self.workspace)
+            args.append(self.workspace)
         try:
-            result = self.transport.run(argv, input=codec.dumps(dict(request)), timeout=self.timeout)
+            # Through the launcher every forwarded command uses, so a pipx httk in ~/.local/bin is found.
+            result = self.transport.run(launch_argv(self.httk_command, args), input=codec.dumps(dict(request)),
+                                        timeout=self.timeout)
         except TransportError as error:
             raise Unreachable(role, f"remote {self.remote}: {error}") from None
         if result.returncode in (126, 127):
-            raise TransferError(
+            raise TransferError(self.missing_httk or (
                 f"remote {self.remote}: cannot run {' '.join(self.httk_command)!r} there (exit {result.returncode}); "
-                f"set httk_command (see 'httk workflow remote check {self.remote}')")
+                f"set httk_command (see 'httk workflow remote check {self.remote}')"))
         if result.returncode != 0:
             text = result.stderr + "\n" + result.stdout
             if "No such command 'transfer-remote'" in text:
@@ -139,9 +145,13 @@ def environment(jobs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any], 
     Layers: the job's inputs (its overrides), the destination's settings, the declared
     default; never this process's environment, which is not the destination's. A
     required entry none of them resolves is a ``warning``; an optional one is ``unset``.
+    A succeeded or cancelled job (:data:`FINAL_KINDS`) never runs again, so its settings
+    are not checked: bringing results home must not warn about the VASP command.
     """
     out = []
     for job in jobs:
+        if StateKind(job["kind"]) in FINAL_KINDS:
+            continue
         inputs = set(job.get("inputs") or ())
         for name, declared in sorted((job.get("settings") or {}).items()):
             if name in inputs:

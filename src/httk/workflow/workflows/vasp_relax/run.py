@@ -88,8 +88,9 @@ def prepare(a: Any) -> None:
     if not command:
         a.fail(
             "vasp_command_missing",
-            "no VASP command: set it with 'httk workflow workspace settings set WORKSPACE vasp.command "
-            "\"srun vasp_std\"' (or pass --input vasp.command=...)",
+            "no VASP command: set it in this job's workspace ('httk workflow workspace settings set WORKSPACE "
+            "vasp.command \"srun vasp_std\"'), then 'httk workflow job request WORKSPACE JOB continue --operator "
+            "\"$USER\"'",
         )
         return
     try:
