@@ -7,9 +7,19 @@ workspace=$(python -c 'import os; from httk.workflow.cli.defaults import default
 echo "== workspace: $workspace"
 job=$(python "$here/submit.py" "$workspace")
 echo "== submitted campaign job $job"
-httk workflow run "$workspace" --workers 2
+# A VASP relaxation from the shipped vasp-relax workflow, run by the mock VASP program.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+cp "$here/POSCAR" "$scratch/POSCAR"
+relax=$(cd "$scratch" && httk workflow job new "$workspace" --workflow vasp-relax --input structure=POSCAR --tag silicon-demo 2>/dev/null)
+echo "== submitted vasp-relax job $relax"
+# A deployment override (the HTTK_* layer) rather than a workspace setting, so the
+# demo never changes the vasp.command of your default workspace.
+HTTK_VASP_COMMAND="python -m httk.workflow.testing.mock_vasp" httk workflow run "$workspace" --workers 2
 echo "== campaign job:"
 httk workflow job show "$workspace" "$job"
 workdir="$workspace/.httk-workflow/workdirs/${job##*--}"
 echo "== results: $workdir/campaign.json"
 cat "$workdir/campaign.json"; echo
+echo "== vasp-relax job:"
+httk workflow job show "$workspace" "$relax"
