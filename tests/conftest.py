@@ -13,6 +13,11 @@ the first entries of each workspace, and the whole config home's ``httk-workflow
 at session start and fails the session at its end when any of them changed: a test
 that escaped the isolation (say, by deleting ``XDG_DATA_HOME`` and falling back to
 ``~/.local/share``) is caught, naming what it changed.
+
+The fixtures every folder shares live here too, built from the top-level support
+modules (imported by name; no conftest is ever imported): ``cli``, the in-process
+command line of :mod:`cli_support`, and ``make_attempt`` / ``workspace_spec``, the
+hand-built attempt of :mod:`attempt_support` the Python and Bash SDK tests run in.
 """
 
 from __future__ import annotations
@@ -22,8 +27,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+import attempt_support
+from cli_support import Cli
 
 XDG_HOMES = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 #: Below the data home's ``httk-workflow/`` a snapshot goes this deep: the registry, the
@@ -135,3 +144,21 @@ def isolated_homes() -> Iterator[Path]:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """``httk workflow ...`` in-process, with private XDG homes below ``tmp_path``."""
+    return Cli(tmp_path)
+
+
+@pytest.fixture(name="workspace_spec")
+def workspace_spec_fixture() -> Any:
+    """The :func:`attempt_support.workspace_spec` factory: a job whose runner is a shared workspace runner."""
+    return attempt_support.workspace_spec
+
+
+@pytest.fixture
+def make_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``make_attempt(step, spec=..., children=..., settings=...)`` -> :class:`attempt_support.FakeAttempt`."""
+    return attempt_support.attempt_factory(tmp_path, monkeypatch)

@@ -10,12 +10,19 @@
   through ``PosixFilesystem`` and signals through ``adapters/process_groups`` like the manager.
 - Adapters are named only by the composition roots: ``bootstrap`` for the manager, and the
   runner-side entry points that build their own (a runner process has no container).
+- The lifecycle's ``TRANSITIONS`` table is read only inside ``domain/``: everything else asks
+  the domain's functions (``next_kind``, ``allowed_events``, the planners), so no service
+  decides a move by probing the table.
+- Every public function of a ``domain/`` module has a production caller: something in
+  ``src/`` outside its module (``testing/`` aside) names it, or a public function of its own
+  module that has one does. A rule only tests call drifts from the service copy beside it.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -52,26 +59,28 @@ def modules() -> list[tuple[str, Path]]:
     return out
 
 
+def from_module(node: ast.ImportFrom, dotted: str) -> str:
+    """The absolute module a ``from … import`` in module ``dotted`` (``x.__init__`` for a package) names."""
+    if not node.level:
+        return node.module or ""
+    package_parts = ["httk", "workflow", *dotted.split(".")[:-1]]
+    base = package_parts[: len(package_parts) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def imports_of(path: Path, dotted: str) -> set[str]:
     """Absolute module names imported by one file (relative imports resolved)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    package_parts = ["httk", "workflow", *dotted.split(".")[:-1]]
-    if path.name == "__init__.py":
-        package_parts = ["httk", "workflow", *dotted.split(".")[:-1]]
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package_parts[: len(package_parts) - (node.level - 1)]
-                module = ".".join([*base, node.module] if node.module else base)
-                if node.module is None:
-                    found.update(f"{module}.{alias.name}" for alias in node.names)
-                else:
-                    found.add(module)
-            elif node.module:
-                found.add(node.module)
+            module = from_module(node, dotted)
+            if node.level and node.module is None:
+                found.update(f"{module}.{alias.name}" for alias in node.names)
+            elif module:
+                found.add(module)
     return found
 
 
@@ -176,3 +185,104 @@ def test_the_primitive_scan_can_fail(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert primitives_of(bad) == ["2: os.replace", "3: os.fsync", "4: os.killpg", "5: '/proc/'", "6: '/proc'"]
+
+
+# -- the domain decides: its transition table stays inside, and its rules have callers ---------------
+SOURCES = {name: path.read_text(encoding="utf-8") for name, path in ALL}
+
+
+def transitions_readers(sources: Mapping[str, str]) -> list[str]:
+    """``module:line`` of every import or attribute read of ``TRANSITIONS`` outside ``domain/``."""
+    found = []
+    for dotted, source in sources.items():
+        if dotted.startswith("domain."):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and any(alias.name == "TRANSITIONS" for alias in node.names):
+                found.append(f"{dotted}:{node.lineno}")
+            elif isinstance(node, ast.Attribute) and node.attr == "TRANSITIONS":
+                found.append(f"{dotted}:{node.lineno}")
+    return found
+
+
+def names_used_from(tree: ast.Module, dotted: str, target: str) -> set[str]:
+    """The names of module ``target`` that module ``dotted`` imports, or reads as ``module.name``."""
+    names: set[str] = set()
+    spellings: set[str] = set()  # how the module itself is reachable in this file
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = from_module(node, dotted)
+            for alias in node.names:
+                if module == target:
+                    names.add(alias.name)
+                elif f"{module}.{alias.name}" == target:
+                    spellings.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            spellings.update(alias.asname or alias.name for alias in node.names if alias.name == target)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) in spellings:
+            names.add(node.attr)
+    return names
+
+
+def uncalled_domain_functions(sources: Mapping[str, str]) -> list[str]:
+    """``module.function`` for each public top-level domain function without a production caller.
+
+    A caller is a module outside ``testing`` other than the function's own that names it,
+    or a public function of its own module that has a caller itself.
+    """
+    trees = {dotted: ast.parse(source) for dotted, source in sources.items()}
+    missing = []
+    for dotted, tree in trees.items():
+        if not dotted.startswith("domain."):
+            continue
+        target = "httk.workflow." + dotted.removesuffix(".__init__")
+        public = {node.name: node for node in tree.body
+                  if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
+        used: set[str] = set()
+        for other, other_tree in trees.items():
+            if other != dotted and not other.startswith("testing"):
+                used |= names_used_from(other_tree, other, target) & set(public)
+        pending = list(used)
+        while pending:  # a used function lends its use to the public functions of its module it names
+            for node in ast.walk(public[pending.pop()]):
+                if isinstance(node, ast.Name) and node.id in public and node.id not in used:
+                    used.add(node.id)
+                    pending.append(node.id)
+        missing.extend(f"{dotted}.{name}" for name in public if name not in used)
+    return missing
+
+
+def test_transitions_are_read_only_inside_the_domain() -> None:
+    assert transitions_readers(SOURCES) == [], "ask the domain (next_kind, allowed_events) instead"
+
+
+def test_every_public_domain_function_has_a_production_caller() -> None:
+    assert uncalled_domain_functions(SOURCES) == [], "call the domain function from the service, or delete it"
+
+
+def test_the_transitions_rule_can_fail() -> None:
+    sources = {
+        "domain.requests": "from .lifecycle import TRANSITIONS\n",
+        "services.requests": "from ..domain.lifecycle import TRANSITIONS, Event\n",
+        "cli.job_cmds": (
+            "from httk.workflow.domain import lifecycle\n\nok = lifecycle.next_kind\nbad = lifecycle.TRANSITIONS\n"
+        ),
+    }
+    assert transitions_readers(sources) == ["services.requests:1", "cli.job_cmds:4"]
+
+
+def test_the_caller_rule_can_fail() -> None:
+    sources = {
+        "domain.rules": (
+            "def used():\n    return helper()\n\n\ndef helper():\n    return 1\n\n\n"
+            "def lonely():\n    return orphan()\n\n\ndef orphan():\n    return 2\n\n\n"
+            "def tested_only():\n    return 3\n\n\ndef by_attribute():\n    return 4\n\n\n"
+            "def self_only():\n    return self_only()\n\n\ndef _private():\n    return 5\n"
+        ),
+        "services.user": "from ..domain.rules import used\nfrom ..domain import rules as r\n\nr.by_attribute()\n",
+        "testing.doubles": "from ..domain.rules import tested_only\n",
+    }
+    assert uncalled_domain_functions(sources) == [
+        "domain.rules.lonely", "domain.rules.orphan", "domain.rules.tested_only", "domain.rules.self_only",
+    ]

@@ -223,6 +223,7 @@ def normalize(data: bytes, root: Path, jobs: dict[str, tuple[str, str, int, str]
     for job_id, (tag, *_rest) in jobs.items():
         data = data.replace(job_id.encode(), f"<job {tag}>".encode())
     data = re.sub(UUID, b"<uuid>", data)
+    data = re.sub(rb"\bm-[0-9a-f]{12}\b", b"<manager>", data)  # a manager id differs per run, like a uuid
     data = TIMES.sub(rb'"\1":"<time>"', data)
     return RUNNER.sub(b'"runner":"<runner>"', data)
 

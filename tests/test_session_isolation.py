@@ -11,6 +11,8 @@ from pathlib import Path
 from httk.workflow.cli.defaults import registry_path
 
 HERE = Path(__file__).resolve().parent
+#: tests/conftest.py and the support modules it imports its shared fixtures from.
+CONFTEST_FILES = ("conftest.py", "cli_support.py", "attempt_support.py")
 
 ROGUE = """
 from pathlib import Path
@@ -42,7 +44,8 @@ def _session(tmp_path: Path, body: str) -> tuple[subprocess.CompletedProcess[str
     """A pytest session of ``body`` under a copy of tests/conftest.py, whose "real" homes are in tmp_path."""
     suite = tmp_path / "suite"
     suite.mkdir()
-    shutil.copy(HERE / "conftest.py", suite / "conftest.py")
+    for name in CONFTEST_FILES:
+        shutil.copy(HERE / name, suite / name)
     (suite / "test_body.py").write_text(body)
     real = tmp_path / "real-data"
     (real / "httk-workflow").mkdir(parents=True)

@@ -1,45 +1,16 @@
-"""Fixtures of the command-line tests: a CliRunner bound to a fresh container, payload builders."""
+"""Fixtures of the command-line tests: a registered workspace and payload builders.
+
+The ``cli`` fixture (``httk workflow ...`` in-process) is the shared one of tests/conftest.py.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from httk.workflow.bootstrap import Container
-from httk.workflow.cli.context import AppContext
-from httk.workflow.cli.main import httk
+from cli_support import Cli
 from httk.workflow.protocol import JobSpec, prepare_job_payload
-
-
-class Cli:
-    """Runs ``httk workflow ...`` in-process; every run gets a private XDG data home."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.runner = CliRunner()
-        self.env = {"XDG_DATA_HOME": str(tmp_path / "xdg")}
-        self.container = Container()
-
-    def __call__(self, *args: str, code: int = 0, env: dict[str, str] | None = None) -> Result:
-        result = self.runner.invoke(
-            httk, ["workflow", *args], obj=AppContext(self.container), env={**self.env, **(env or {})}
-        )
-        if result.exit_code != code:
-            raise AssertionError(
-                f"exit {result.exit_code} != {code} for {args}\nstdout: {result.stdout}\n"
-                f"stderr: {result.stderr}\n{result.exception!r}"
-            )
-        return result
-
-    def json(self, *args: str) -> object:
-        return json.loads(self(*args, "--json").stdout)
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path)
 
 
 @pytest.fixture

@@ -153,3 +153,8 @@ def test_log_of_a_fresh_job_is_its_submission(cli, workspace, jobs):
         }
     ]
     assert "submit -> submitted" in cli("job", "log", workspace, jobs["si-a"]).stdout
+
+
+@pytest.mark.parametrize("selector", ["nonexistent", "../x", "/etc", ""])
+def test_unknown_job_selector_is_exit_2(cli, workspace, selector):
+    cli.refused("job", "show", workspace, selector)

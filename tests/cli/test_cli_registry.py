@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HTTK = str(Path(sys.executable).with_name("httk"))
 
 
@@ -36,3 +38,20 @@ def test_registry_round_trip(tmp_path):
     assert run(env, "workspace", "delete", "silicon", "--force").returncode == 0 and not ws.exists()
     assert run(env, "workspace", "status", "silicon").returncode == 2
     assert run(env, "workspace", "forget", "silicon").returncode == 2
+
+
+# -- a damaged registry is one error line, never a traceback ------------------------------------
+@pytest.mark.parametrize("content", ["{not json", "[1]", '{"workspaces": []}'])
+@pytest.mark.parametrize(
+    "args", [("workspace", "list"), ("workspace", "list", "--json"), ("workspace", "status", "ws")]
+)
+def test_unreadable_registry_is_one_error_line(cli, workspace, content, args):
+    cli.registry.write_text(content)
+    cli.refused(*args)
+
+
+def test_registry_entry_with_non_string_path_is_refused(cli, workspace):
+    document = json.loads(cli.registry.read_text())
+    document["workspaces"]["ws"] = 5
+    cli.registry.write_text(json.dumps(document))
+    cli.refused("workspace", "status", "ws")

@@ -177,3 +177,14 @@ def test_the_largest_priorities_are_accepted(cli, workspace, tmp_path):
         payload = write_job(tmp_path / f"payload{priority}", priority=priority)
         key = cli("job", "submit", workspace, str(payload), "--placement", "p").stdout.strip()
         assert cli.json("job", "show", workspace, key)["priority"] == priority
+
+
+@pytest.mark.parametrize(("key", "value"), [("retention.attempt_control_days", '"abc"'), ("retention", "[1]")])
+def test_bad_retention_policy_is_refused_and_gc_still_runs(cli, workspace, key, value):
+    cli.refused("workspace", "policy", "set", workspace, key, value)
+    assert cli.json("workspace", "gc", workspace)["retention"] == {}
+
+
+@pytest.mark.parametrize("name", ["a b", "../x", "A.B", ""])
+def test_odd_setting_names_are_refused(cli, workspace, name):
+    cli.refused("workspace", "settings", "set", workspace, name, "1")

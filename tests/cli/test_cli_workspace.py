@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from httk.workflow.cli.defaults import default_workspace_path
 
 
@@ -132,3 +134,18 @@ def test_omitted_workspace_uses_the_default_created_on_first_use(cli, tmp_path, 
     jobs = json.loads(cli("job", "list", "--json", env=env).stdout)
     assert [job["job_key"] for job in jobs] == [key]
     assert json.loads(cli("job", "show", key, "--json", env=env).stdout)["job_key"] == key
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("workspace", "gc", "{ws}", "--json"),
+        ("workspace", "gc", "{ws}", "--dry-run", "--json"),
+        ("workspace", "fsck", "{ws}", "--json"),
+        ("workspace", "status", "{ws}", "--json"),
+        ("workspace", "settings", "show", "{ws}", "--json"),
+        ("job", "list", "{ws}", "--json"),
+    ],
+)
+def test_json_output_is_one_value(cli, workspace, args):
+    json.loads(cli(*(arg.format(ws=workspace) for arg in args)).stdout)

@@ -351,6 +351,19 @@ def test_copy_tree_of_a_file_and_refusal(env):
     assert names(fs, root) == ["f", "g"]
 
 
+def test_copy_tree_refuses_a_fifo_and_leaves_nothing(env):
+    """A FIFO is never opened by a copy (it would block) nor copied as one: alone or inside a tree."""
+    fs, root = env
+    make_fifo(fs, f"{root}/pipe")
+    fs.write_atomic(f"{root}/tree/a.txt", b"a", durable=False)
+    fs.makedirs(f"{root}/tree/sub")
+    make_fifo(fs, f"{root}/tree/sub/pipe")
+    for source in ("pipe", "tree"):
+        with pytest.raises(OSError, match="is a named pipe"):
+            fs.copy_tree(f"{root}/{source}", f"{root}/out/{source}", durable=True)
+    assert names(fs, f"{root}/out") == []  # neither the copy nor its temp sibling
+
+
 def test_sync_tree_and_fsync_dir(env):
     fs, root = env
     fs.write_atomic(f"{root}/s/a/f", b"x", durable=False)

@@ -1,4 +1,4 @@
-"""Claim filters, best-within-window order, root rotation, and slow-pass levels."""
+"""Claim filters, prefix pruning, best-within-window order, and slow-pass levels."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from httk.workflow.domain.scheduling import (
     mismatches,
     pass_duration_level,
     placement_matches,
-    rotate,
 )
 
 
@@ -149,30 +148,6 @@ def test_window_is_a_stable_sort_prefix(cands: list[Candidate], slots: int) -> N
     chosen = best_within_window(cands, slots)
     expected = sorted(cands, key=lambda c: (-c.priority, c.order_key))[:slots]
     assert [c.item for c in chosen] == [c.item for c in expected]
-
-
-@pytest.mark.parametrize(
-    ("roots", "start_after", "expected"),
-    [
-        (["c", "a", "b"], None, ["a", "b", "c"]),
-        (["c", "a", "b"], "a", ["b", "c", "a"]),
-        (["c", "a", "b"], "c", ["a", "b", "c"]),
-        (["c", "a", "b", "a"], "b", ["c", "a", "b"]),
-        (["a", "c"], "b", ["c", "a"]),  # the cursor's root vanished
-        (["a", "c"], "z", ["a", "c"]),
-        ([], "a", []),
-    ],
-)
-def test_rotate(roots: list[str], start_after: str | None, expected: list[str]) -> None:
-    assert rotate(roots, start_after) == expected
-
-
-@given(st.lists(st.text(max_size=3), max_size=8), st.one_of(st.none(), st.text(max_size=3)))
-def test_rotate_serves_every_root_once(roots: list[str], start_after: str | None) -> None:
-    out = rotate(roots, start_after)
-    assert sorted(out) == sorted(set(roots))
-    if start_after in roots and len(set(roots)) > 1:
-        assert out[-1] == start_after
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ RUNNER = textwrap.dedent(
     """
 )
 
-# A manager whose filesystem port dies (like kill -9) when the second operation is being copied in.
+# A manager whose filesystem port dies (like kill -9) when the second operation's private copy is being made.
 DYING_MANAGER = textwrap.dedent(
     """
     import os, sys
@@ -47,7 +47,7 @@ DYING_MANAGER = textwrap.dedent(
 
     class DiesInSecondOperation(PosixFilesystem):
         def copy_tree(self, source, destination, *, durable):
-            if "/data/" in destination and "op-0002" in destination:
+            if os.path.basename(destination).startswith("op-0002."):
                 os._exit(9)
             return super().copy_tree(source, destination, durable=durable)
 

@@ -178,7 +178,7 @@ def test_a_refusal_at_import_rolls_the_transfer_back():
     """The destination learns of the clash only when it imports: the source takes its job back."""
     ports, a, b, jobs = world()
     key = inspection.resolve_job(a, "two").key
-    original = DestinationSide._job_problems
+    original = DestinationSide.job_problems
     calls = []
 
     def late_clash(self, batch, bundle=None):
@@ -187,11 +187,11 @@ def test_a_refusal_at_import_rolls_the_transfer_back():
             ports.fs.makedirs(f"{B}/p/2/{key}")
         return original(self, batch, bundle)
 
-    DestinationSide._job_problems = late_clash
+    DestinationSide.job_problems = late_clash
     try:
         report = run(a, b, jobs=["two"])
     finally:
-        DestinationSide._job_problems = original
+        DestinationSide.job_problems = original
     [outcome] = report["transfers"]
     assert outcome["state"] == "rolled_back" and "name clash" in outcome["reason"]
     assert where(a, b, jobs["two"]) == [("a", "cancelled")]

@@ -265,14 +265,14 @@ def test_a_writer_refuses_a_frame_no_reader_would_accept(monkeypatch):
 def test_an_unexpected_exception_for_one_job_refuses_it_once_and_the_manager_serves_the_rest(monkeypatch, caplog):
     ports, handle, [bad, good] = _workspace()
     manager = _manager(ports, handle, _succeeding(ports.fs))
-    register = manager._register
+    register = manager.register
 
     def flaky(marker: Marker) -> None:
         if marker.job_id == bad.job_id:
             raise RuntimeError("a bug in registration")
         register(marker)
 
-    monkeypatch.setattr(manager, "_register", flaky)
+    monkeypatch.setattr(manager, "register", flaky)
     with caplog.at_level("ERROR", logger="httk.workflow.manager"):
         assert manager.run() == 0
     assert _kind(handle, good.job_id) == StateKind.SUCCEEDED

@@ -304,7 +304,7 @@ def test_managers_and_fsck_on_lagging_views_report_no_damage(handle, ports):
         view_handle = fresh(handle, fs)
         proc = FakeProcessControl(clock, _outcome_publisher(fs), uid=fs.uid)
         manager = Manager(view_handle, proc, SETTINGS, ManagerConfig(workers=2), manager_id=name, out=lambda line: None)
-        manager._publish_manifest()
+        manager.publish_manifest()
         managers.append((manager, proc))
     checker = ports.fs.reader(0.2, stale_seconds=0.4)
     for _ in range(40):

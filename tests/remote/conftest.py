@@ -1,16 +1,15 @@
-"""Fixtures of the remote tests: an in-process CLI and the Slurm/SSH infrastructure's settings."""
+"""Fixtures of the remote tests: the Slurm/SSH infrastructure's settings and a transport to it.
+
+The in-process command line is the shared ``cli`` fixture of tests/conftest.py.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from remote_support import Cli, load_infra
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path)
+from remote_support import load_infra, ssh_transport
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +22,11 @@ def infra() -> dict[str, str]:
 def infra_httk() -> dict[str, str]:
     """Like ``infra``, for tests that run the ssh user's httk: it must match this checkout."""
     return load_infra(fresh_httk=True)
+
+
+@pytest.fixture
+def ssh(infra: dict[str, str]) -> Iterator[Any]:
+    """An open ``SshTransport`` to the infrastructure's sshd, closed after the test."""
+    connection = ssh_transport(infra)
+    yield connection
+    connection.close()

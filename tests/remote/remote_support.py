@@ -1,14 +1,14 @@
-"""Shared helpers of the remote tests: the infra env file, an in-process CLI, payloads, polling.
+"""Shared helpers of the remote tests: the infra env file, an SSH transport to it, payloads, polling.
 
 Imported by name (``from remote_support import ...``); conftest modules must not be.
 The Slurm/SSH tests read ``$CI_INFRA_DIR/env`` (default ``/var/lib/ci-slurm-ssh/env``),
-written by ``tests/infra/start-slurm-ssh.sh``; without it they skip.
+written by ``tests/infra/start-slurm-ssh.sh``; without it they skip. The in-process
+command line is the shared ``cli`` fixture (tests/cli_support.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 import time
@@ -18,11 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from click.testing import CliRunner, Result
 
-from httk.workflow.bootstrap import Container
-from httk.workflow.cli.context import AppContext
-from httk.workflow.cli.main import httk
 from httk.workflow.ports import CommandResult
 from httk.workflow.protocol import JobSpec, prepare_job_payload
 
@@ -96,25 +92,19 @@ def source_hash() -> str:
     return hashlib.sha256(lines).hexdigest()
 
 
-class Cli:
-    """Runs ``httk workflow ...`` in-process with private XDG data and config homes."""
+def ssh_transport(infra: dict[str, str], **overrides: Any) -> Any:
+    """An ``SshTransport`` to the infrastructure's sshd as its key-only user; ``overrides`` change options."""
+    from httk.workflow.adapters.transport_ssh import SshTransport
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.runner = CliRunner()
-        self.env = {"XDG_DATA_HOME": str(tmp_path / "xdg-data"), "XDG_CONFIG_HOME": str(tmp_path / "xdg-config")}
-        self.container = Container()
-
-    def __call__(self, *args: str, code: int = 0) -> Result:
-        result = self.runner.invoke(httk, ["workflow", *args], obj=AppContext(self.container), env=self.env)
-        if result.exit_code != code:
-            raise AssertionError(
-                f"exit {result.exit_code} != {code} for {args}\nstdout: {result.stdout}\n"
-                f"stderr: {result.stderr}\n{result.exception!r}"
-            )
-        return result
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "--json").stdout)
+    options: dict[str, Any] = {
+        "port": int(infra["CI_SSH_PORT"]),
+        "user": infra["CI_SSH_USER"],
+        "key_filename": infra["CI_SSH_KEY"],
+        "known_hosts": infra["CI_SSH_KNOWN_HOSTS"],
+        "connect_timeout": 5.0,
+    }
+    options.update(overrides)
+    return SshTransport(infra["CI_SSH_HOST"], **options)
 
 
 def write_payload(directory: Path) -> Path:

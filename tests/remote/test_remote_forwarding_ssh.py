@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 from dependency_injector import providers
-from remote_support import wait_until, write_payload
-from test_ssh import configure_kappa, transport
+from remote_support import ssh_transport, wait_until, write_payload
+from test_ssh import configure_kappa
 
 from httk.workflow.adapters.transport_ssh import SshTransport
 
@@ -52,7 +52,7 @@ def kappa_ws(cli, infra_httk, logins):
     base = f"{infra['CI_WORK_ROOT']}/f-{unique}"
     name = f"runs-{unique}"
     cli("workspace", "init", f"kappa:{base}/runs", "--name", name)
-    ssh = transport(infra)
+    ssh = ssh_transport(infra)
     logins.clear()
     yield {"name": name, "path": f"{base}/runs", "ssh": ssh, "infra": infra}
     ssh.run([infra["CI_HTTK_COMMAND"], "workflow", "workspace", "forget", name])
@@ -158,7 +158,7 @@ def test_three_settings_and_ssh_config_are_enough(cli, kappa_ws, tmp_path):
 
 
 def test_ssh_stream_hands_output_on_as_it_comes_and_keeps_our_own_errors(infra):
-    ssh = transport(infra)
+    ssh = ssh_transport(infra)
     try:
         seen: list[tuple[float, bytes]] = []
         errors: list[bytes] = []

@@ -14,8 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from remote_support import wait_until, write_payload
-from test_ssh import configure_kappa, transport
+from remote_support import ssh_transport, wait_until, write_payload
+from test_ssh import configure_kappa
 
 from httk.workflow.adapters.batch.slurm import SlurmBatchSystem
 
@@ -33,7 +33,7 @@ def remote_workspace(cli, infra_httk):
     name = f"runs-{unique}"
     init = cli("workspace", "init", f"kappa:{base}/runs", "--name", name)
     assert init.stdout == f"initialized workspace '{name}' at {base}/runs\n"
-    ssh = transport(infra)
+    ssh = ssh_transport(infra)
     yield {"name": name, "path": f"{base}/runs", "base": base, "ssh": ssh, "infra": infra}
     ssh.run([infra["CI_HTTK_COMMAND"], "workflow", "workspace", "forget", name])
     ssh.run(["rm", "-rf", "--", base])

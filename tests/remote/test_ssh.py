@@ -6,30 +6,11 @@ import subprocess
 import uuid
 
 import pytest
+from remote_support import ssh_transport
 
-from httk.workflow.adapters.transport_ssh import SshTransport
 from httk.workflow.ports import TransportError
 
 pytestmark = pytest.mark.ssh
-
-
-def transport(infra, **overrides):
-    options = {
-        "port": int(infra["CI_SSH_PORT"]),
-        "user": infra["CI_SSH_USER"],
-        "key_filename": infra["CI_SSH_KEY"],
-        "known_hosts": infra["CI_SSH_KNOWN_HOSTS"],
-        "connect_timeout": 5.0,
-    }
-    options.update(overrides)
-    return SshTransport(infra["CI_SSH_HOST"], **options)
-
-
-@pytest.fixture
-def ssh(infra):
-    connection = transport(infra)
-    yield connection
-    connection.close()
 
 
 def test_run_quotes_every_word_and_passes_stdin_and_exit_status(ssh, infra):
@@ -47,11 +28,11 @@ def test_run_quotes_every_word_and_passes_stdin_and_exit_status(ssh, infra):
 
 def test_the_connection_is_reused_and_survives_a_timeout(ssh):
     ssh.run(["true"])
-    first = ssh._connection
+    opened = ssh.opened
     with pytest.raises(TransportError, match="sleep did not finish within 0.3 s"):
         ssh.run(["sleep", "5"], timeout=0.3)
     assert ssh.run(["echo", "again"]).stdout == "again\n"
-    assert ssh._connection is first
+    assert ssh.opened == opened == 1
 
 
 def test_put_and_get_over_sftp(ssh, tmp_path, infra):
@@ -73,15 +54,15 @@ def test_connection_failures_are_one_line_saying_what_to_fix(infra, tmp_path):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     with pytest.raises(TransportError, match=r"host key unknown \(not in .*known_hosts\); connect once"):
-        transport(infra, known_hosts=str(empty)).run(["true"])
+        ssh_transport(infra, known_hosts=str(empty)).run(["true"])
     stranger = tmp_path / "stranger_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
     with pytest.raises(TransportError, match=r"authentication failed for httktest with key .*stranger_key .*check"):
-        transport(infra, key_filename=str(stranger)).run(["true"])
+        ssh_transport(infra, key_filename=str(stranger)).run(["true"])
     with pytest.raises(TransportError, match=r"cannot connect to port 1 \(Connection refused\)"):
-        transport(infra, port=1).run(["true"])
+        ssh_transport(infra, port=1).run(["true"])
     with pytest.raises(TransportError, match=r"cannot read the key .*no-key \(No such file or directory\); check"):
-        transport(infra, key_filename=str(tmp_path / "no-key")).run(["true"])
+        ssh_transport(infra, key_filename=str(tmp_path / "no-key")).run(["true"])
 
 
 def configure_kappa(cli, infra, *extra):

@@ -1,4 +1,4 @@
-"""Review 3: the transports on a missing program, a timeout and tricky words; a composed script through sbatch.
+"""The transports on a missing program, a timeout and tricky words; a composed script through sbatch.
 
 The SSH and Slurm tests use tests/infra/start-slurm-ssh.sh and skip without its env file.
 """
@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from review3_support import infra, ssh_transport
+from remote_support import ssh_transport
 
 from httk.workflow.adapters.batch.slurm import SlurmBatchSystem
 from httk.workflow.adapters.batch.slurm import compose_script as slurm_script
@@ -51,14 +51,7 @@ def test_local_missing_cwd_is_not_reported_as_missing_program(tmp_path: Path) ->
         LocalTransport(cwd=str(tmp_path / "absent")).run(["true"])
 
 
-# -- SshTransport -------------------------------------------------------------------------------
-@pytest.fixture
-def ssh():  # noqa: ANN201
-    connection = ssh_transport(infra())
-    yield connection
-    connection.close()
-
-
+# -- SshTransport (the ``ssh`` fixture of tests/remote/conftest.py) ----------------------------
 @pytest.mark.ssh
 def test_ssh_words_with_newlines_and_substitutions_reach_the_program_unchanged(ssh) -> None:  # noqa: ANN001
     workdir = f"/tmp/httk-r3-{uuid.uuid4().hex[:8]}"
@@ -100,11 +93,10 @@ def test_ssh_timed_out_command_is_stopped(ssh) -> None:  # noqa: ANN001
 
 
 @pytest.mark.ssh
-def test_ssh_auth_failure_names_key_path_but_never_its_contents(tmp_path: Path) -> None:
-    env = infra()
+def test_ssh_auth_failure_names_key_path_but_never_its_contents(infra: dict[str, str], tmp_path: Path) -> None:
     key = tmp_path / "not-a-key"
     key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nSECRETMATERIAL\n-----END OPENSSH PRIVATE KEY-----\n")
-    transport = ssh_transport(env, key_filename=str(key))
+    transport = ssh_transport(infra, key_filename=str(key))
     with pytest.raises(TransportError) as caught:
         transport.run(["true"])
     assert "SECRETMATERIAL" not in str(caught.value)
@@ -115,12 +107,11 @@ def test_ssh_auth_failure_names_key_path_but_never_its_contents(tmp_path: Path) 
 # -- Slurm: a composed script through the real sbatch ------------------------------------------
 @pytest.mark.slurm
 @pytest.mark.ssh
-def test_composed_script_with_spaces_and_quotes_in_path_runs_under_slurm(ssh) -> None:  # noqa: ANN001
-    env = infra()
-    base = f"{env['CI_WORK_ROOT']}/r3 it's $(x) {uuid.uuid4().hex[:6]}"
+def test_composed_script_with_spaces_and_quotes_in_path_runs_under_slurm(ssh, infra: dict[str, str]) -> None:  # noqa: ANN001
+    base = f"{infra['CI_WORK_ROOT']}/r3 it's $(x) {uuid.uuid4().hex[:6]}"
     workdir = f"{base}/.httk-workflow/batch"
     batch = SlurmBatchSystem(ssh, timeout=30)
-    settings = {"slurm.partition": env["CI_SLURM_PARTITION"], "slurm.time_limit": 1}
+    settings = {"slurm.partition": infra["CI_SLURM_PARTITION"], "slurm.time_limit": 1}
     script = slurm_script(base, settings, ["--drain-timeout", "a b"], ["printf", "[%s]"], workers=2)
     try:
         job_id = batch.submit(script, workdir=workdir)

@@ -1,4 +1,4 @@
-"""Review 2: the Python runner SDK against hostile names, values and damaged attempt files."""
+"""The Python runner SDK refuses hostile names, values and damaged attempt files, before anything is published."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
-from review2_support import harness
 
 from httk.workflow import codec
 from httk.workflow.runtime import ChildSpec
 from httk.workflow.sdk import Attempt
 
-make_attempt = harness.make_attempt
-workspace_spec_fixture = harness.workspace_spec_fixture
 STEPS = frozenset({"start", "next"})
 
 

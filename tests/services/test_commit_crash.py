@@ -8,28 +8,28 @@ from __future__ import annotations
 
 import itertools
 
-from review_support import fake_proc, fsck_problems, kinds, manager, outcome, publisher, workspace
+from svc_support import fsck_problems, kinds
 
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.domain.model import JobKey
 from httk.workflow.protocol import JobSpec
 from httk.workflow.services.workspaces import WorkspaceService
-from httk.workflow.testing import SimulatedCrash
+from httk.workflow.testing import SimulatedCrash, memory_manager, memory_workspace, outcome_document, scripted_runner
 
 CHILD_JOB = JobSpec(name="c", workflow="w", runner_path="run.sh").to_bytes()
 
 
 def scenario(points, *, join=True):
-    ports, handle, [marker] = workspace(data_mode="transactional")
+    ports, handle, [marker] = memory_workspace(data_mode="transactional")
     parent_id = marker.job_id
     counter = itertools.count(1)
     armed = [False]
 
     def tree(launch):
         if launch.env["HTTK_WORKFLOW_JOB_ID"] != parent_id:
-            return {"outcome.json": outcome()}
+            return {"outcome.json": outcome_document()}
         if launch.env["HTTK_WORKFLOW_STEP"] == "after":
-            return {"outcome.json": outcome()}
+            return {"outcome.json": outcome_document()}
         children, files = [], {}
         for label in ("a", "b"):
             key = JobKey(f"cccccccc-0000-4000-8000-{next(counter):012x}", label)
@@ -38,7 +38,7 @@ def scenario(points, *, join=True):
                              "placement": "kids/x", "payload": payload})
             files[f"children/{payload}/job.json"] = CHILD_JOB
             files[f"children/{payload}/run.sh"] = b"#!/bin/sh\n"
-        final = outcome("wait", join={"step": "after", "children": []}) if join else outcome()
+        final = outcome_document("wait", join={"step": "after", "children": []}) if join else outcome_document()
         return {
             "outcome.json": final,
             "children/spawn.json": {"format": "httk-workflow-spawn", "format_version": 1, "children": children},
@@ -48,7 +48,7 @@ def scenario(points, *, join=True):
             **files,
         }
 
-    publish = publisher(ports.fs, tree)
+    publish = scripted_runner(ports.fs, tree)
 
     def behaviour(launch):
         status = publish(launch)
@@ -58,7 +58,7 @@ def scenario(points, *, join=True):
             ports.fs.arm_crash(points)
         return status
 
-    first = manager(handle, fake_proc(ports, behaviour), "m-a", lease_seconds=10.0)
+    first = memory_manager(handle, behaviour, manager_id="m-a", lease_seconds=10.0)
     try:
         first.run()
         crashed = False
@@ -67,7 +67,7 @@ def scenario(points, *, join=True):
     ports.fs.crash()
     fresh = WorkspaceService(ports).open("/ws")
     ports.clock.advance(1000.0)
-    manager(fresh, fake_proc(ports, publish), "m-b", lease_seconds=10.0).run()
+    memory_manager(fresh, publish, manager_id="m-b", lease_seconds=10.0).run()
     return ports, fresh, parent_id, crashed
 
 

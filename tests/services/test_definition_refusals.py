@@ -10,29 +10,15 @@ Spec: 000 "Submit a job"; issue 10 "Per-job fault isolation".
 from __future__ import annotations
 
 import pytest
-from svc_support import ROOT
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.domain.model import JobKey
 from httk.workflow.protocol import JobSpec
-from httk.workflow.services.attempts import LaunchSettings
-from httk.workflow.services.manager import Manager, ManagerConfig
 from httk.workflow.services.store import JobDamage
-from httk.workflow.services.submission import submit
-from httk.workflow.services.workspaces import WorkspaceService
-from httk.workflow.testing import FakeProcessControl, memory_ports
+from httk.workflow.testing import memory_manager, memory_workspace
 
-SETTINGS = LaunchSettings(python="/usr/bin/python3", shell_lib="/lib/httk-workflow.sh", base_env={"PATH": "/bin"})
 GOOD = JobSpec(name="j", workflow="w", runner_path="run.sh")
-
-
-def publish_success(fs, launch) -> int:
-    control = launch.env["HTTK_WORKFLOW_CONTROL_DIR"]
-    document = {"format": "httk-workflow-outcome", "format_version": 1, "action": "succeed"}
-    fs.write_atomic(f"{control}/outcome.tmp.1/outcome.json", codec.encode(document), durable=False)
-    fs.rename(f"{control}/outcome.tmp.1", f"{control}/outcome.ready", durable=False)
-    return 0
 
 
 def plant(handle, job_id: str, changes: dict) -> JobKey:
@@ -59,16 +45,10 @@ BAD = [
 
 @pytest.mark.parametrize(("changes", "member"), BAD, ids=[member for _, member in BAD])
 def test_a_bad_definition_is_refused_for_its_job_and_the_manager_serves_the_rest(changes, member):
-    ports = memory_ports()
-    handle = WorkspaceService(ports).init(ROOT)
-    ports.fs.makedirs("/src/p")
-    ports.fs.write_atomic("/src/p/job.json", GOOD.to_bytes(), durable=False)
-    ports.fs.write_atomic("/src/p/run.sh", b"#!/bin/sh\n", durable=False)
-    good = submit(handle, "/src/p", "p").marker
+    _ports, handle, [good] = memory_workspace()  # GOOD's job
     bad = plant(handle, "00000000-0000-4000-8000-00000000bad0", changes)
     lines: list[str] = []
-    proc = FakeProcessControl(ports.clock, lambda launch: publish_success(ports.fs, launch), uid=ports.fs.uid)
-    manager = Manager(handle, proc, SETTINGS, ManagerConfig(), manager_id="m-a", out=lines.append)
+    manager = memory_manager(handle, out=lines.append)
 
     assert manager.run() == 0
     [succeeded] = handle.store.iter_markers(StateKind.SUCCEEDED)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from review_support import workspace
-
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.services.discovery import Discovery
 from httk.workflow.services.submission import submit
+from httk.workflow.testing import memory_workspace
 
 
 def placements(handle, prefixes, **budget):
@@ -21,7 +20,7 @@ def placements(handle, prefixes, **budget):
 
 
 def test_prefix_a_does_not_match_ab_but_matches_a_slash_b():
-    _ports, handle, _ = workspace(placement="a")
+    _ports, handle, _ = memory_workspace(placement="a")
     for placement in ("ab", "a/b", "a/bc", "b/a", "a b/ü"):
         submit(handle, "/src/p", placement)
     assert placements(handle, ("a",)) == ["a", "a/b", "a/bc"]
@@ -32,7 +31,7 @@ def test_prefix_a_does_not_match_ab_but_matches_a_slash_b():
 
 
 def test_a_root_removed_in_the_middle_of_a_walk_is_a_miss_not_an_error():
-    ports, handle, _ = workspace(jobs=3, placement="x/y")
+    ports, handle, _ = memory_workspace(jobs=3, placement="x/y")
     submit(handle, "/src/p", "z")
     discovery = Discovery(handle.fs, handle.layout)
     first = discovery.scan(StateKind.SUBMITTED, entry_budget=2, marker_budget=1)

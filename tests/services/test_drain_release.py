@@ -7,19 +7,10 @@ deferred to the stopped attempt, an outcome published just before the exit.
 
 from __future__ import annotations
 
-from svc_support import ROOT
-
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import Event, StateKind
-from httk.workflow.protocol import JobSpec
-from httk.workflow.services.attempts import LaunchSettings
 from httk.workflow.services.draining import KILL_SETTLE_SECONDS
-from httk.workflow.services.manager import Manager, ManagerConfig
-from httk.workflow.services.submission import submit
-from httk.workflow.services.workspaces import WorkspaceService
-from httk.workflow.testing import FakeProcessControl, memory_ports
-
-SETTINGS = LaunchSettings(python="/usr/bin/python3", shell_lib="/lib/httk-workflow.sh", base_env={"PATH": "/bin"})
+from httk.workflow.testing import FakeProcessControl, memory_manager, memory_workspace
 
 
 def publish(fs, control, action="succeed"):
@@ -50,19 +41,12 @@ class SurvivingGroup(FakeProcessControl):
 
 
 def running_job(workdir_mode="persistent", proc_class=FakeProcessControl):
-    ports = memory_ports()
-    handle = WorkspaceService(ports).init(ROOT)
+    ports, handle, _ = memory_workspace(workdir_mode=workdir_mode, maximum_attempts_per_activation=1,
+                                        maximum_total_attempts=1)
     fs = ports.fs
-    fs.makedirs("/src/p")
-    spec = JobSpec(name="j", workflow="w", runner_path="run.sh", workdir_mode=workdir_mode,
-                   maximum_attempts_per_activation=1, maximum_total_attempts=1)
-    fs.write_atomic("/src/p/job.json", spec.to_bytes(), durable=False)
-    fs.write_atomic("/src/p/run.sh", b"#!/bin/sh\n", durable=False)
-    submit(handle, "/src/p", "p")
     proc = proc_class(ports.clock, first_sleeps_then_succeeds(fs), uid=fs.uid)
-    first = Manager(handle, proc, SETTINGS, ManagerConfig(lease_seconds=100.0), manager_id="m-a",
-                    out=lambda line: None)
-    first._publish_manifest()
+    first = memory_manager(handle, process=proc, manager_id="m-a", lease_seconds=100.0)
+    first.publish_manifest()
     first.heartbeat(force=True)
     first.tick()
     assert kinds(handle) == {"running": 1}
@@ -97,8 +81,7 @@ def test_a_drained_attempt_is_released_uncharged_and_runs_again_in_a_fresh_contr
         assert "drained: manager m-a" in frame.reason and "signal 15" in frame.reason
         assert "not charged" in frame.reason
 
-        second = Manager(handle, proc, SETTINGS, ManagerConfig(lease_seconds=100.0), manager_id="m-b",
-                         out=lambda line: None)
+        second = memory_manager(handle, process=proc, manager_id="m-b", lease_seconds=100.0)
         assert second.run() == 0
         assert kinds(handle) == {"succeeded": 1}, mode
         marker, frame = current(handle, StateKind.SUCCEEDED)

@@ -1,58 +1,30 @@
 """A whole manager in memory: in-memory filesystem, fake clock, fake process control.
 
-No process is started and no time passes for real, so lease arithmetic is exact.
+No process is started and no time passes for real, so lease arithmetic is exact. The
+harness is the public one of :mod:`httk.workflow.testing` (``memory_manager``).
 """
 
 from __future__ import annotations
 
 import pytest
-from svc_support import ROOT
+from svc_support import fsck_problems, kinds
 
-from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.protocol import JobSpec
-from httk.workflow.services.attempts import LaunchSettings
-from httk.workflow.services.manager import Manager, ManagerConfig
-from httk.workflow.services.submission import submit
-from httk.workflow.services.workspaces import WorkspaceService
-from httk.workflow.testing import FakeProcessControl, memory_ports
-
-SETTINGS = LaunchSettings(python="/usr/bin/python3", shell_lib="/lib/httk-workflow.sh", base_env={"PATH": "/bin"})
+from httk.workflow.testing import memory_manager, memory_workspace
 
 
-def publish(fs, launch, action="succeed"):
-    control = launch.env["HTTK_WORKFLOW_CONTROL_DIR"]
-    document = {"format": "httk-workflow-outcome", "format_version": 1, "action": action}
-    fs.write_atomic(f"{control}/outcome.tmp.1/outcome.json", codec.encode(document), durable=False)
-    fs.rename(f"{control}/outcome.tmp.1", f"{control}/outcome.ready", durable=False)
-    return 0
-
-
-def workspace(workdir_mode="persistent", jobs=1):
-    ports = memory_ports()
-    handle = WorkspaceService(ports).init(ROOT)
-    fs = ports.fs
-    fs.makedirs("/src/p")
-    spec = JobSpec(name="j", workflow="w", runner_path="run.sh", workdir_mode=workdir_mode)
-    fs.write_atomic("/src/p/job.json", spec.to_bytes(), durable=False)
-    fs.write_atomic("/src/p/run.sh", b"#!/bin/sh\n", durable=False)
-    markers = [submit(handle, "/src/p", "p").marker for _ in range(jobs)]
-    return ports, handle, markers
-
-
-def manager(handle, proc, name, **config):
-    return Manager(handle, proc, SETTINGS, ManagerConfig(**config), manager_id=name, out=lambda line: None)
-
-
-def kinds(handle):
-    return {kind.value: len(list(handle.store.iter_markers(kind))) for kind in StateKind
-            if list(handle.store.iter_markers(kind))}
+def test_smoke_two_jobs_succeed_and_fsck_finds_nothing():
+    _ports, handle, _ = memory_workspace(jobs=2)
+    assert memory_manager(handle).run() == 0
+    assert kinds(handle) == {"succeeded": 2}
+    assert fsck_problems(handle) == []
 
 
 def test_jobs_run_to_success_without_a_process_or_a_clock():
-    ports, handle, _ = workspace(jobs=5)
-    proc = FakeProcessControl(ports.clock, lambda launch: publish(ports.fs, launch), uid=ports.fs.uid)
-    assert manager(handle, proc, "m-a", workers=2).run() == 0
+    _ports, handle, _ = memory_workspace(jobs=5)
+    manager = memory_manager(handle, workers=2)
+    proc = manager.proc
+    assert manager.run() == 0
     assert kinds(handle) == {"succeeded": 5}
     assert len(proc.processes) == 5 and all(process.released for process in proc.processes)
     launch = proc.processes[0].launch
@@ -61,14 +33,13 @@ def test_jobs_run_to_success_without_a_process_or_a_clock():
 
 
 def start_running(workdir_mode):
-    ports, handle, [marker] = workspace(workdir_mode)
-    proc = FakeProcessControl(ports.clock, lambda launch: None, uid=ports.fs.uid)
-    first = manager(handle, proc, "m-a", lease_seconds=100.0)
-    first._publish_manifest()
+    ports, handle, [_marker] = memory_workspace(workdir_mode=workdir_mode)
+    first = memory_manager(handle, lambda launch: None, manager_id="m-a", lease_seconds=100.0)
+    first.publish_manifest()
     first.heartbeat(force=True)
     first.tick()
     assert kinds(handle) == {"running": 1}
-    return ports, handle, proc
+    return ports, handle, first.proc
 
 
 def last_frame(handle, kind):
@@ -79,7 +50,7 @@ def last_frame(handle, kind):
 def test_persistent_attempt_alive_on_this_host_is_adopted_then_relaunched_when_gone():
     ports, handle, proc = start_running("persistent")
     ports.clock.advance(100.0)
-    second = manager(handle, proc, "m-b", lease_seconds=100.0)
+    second = memory_manager(handle, process=proc, manager_id="m-b", lease_seconds=100.0)
     second.tick()  # lease exactly at its limit: still live
     assert kinds(handle) == {"running": 1}
     ports.clock.advance(1.0)
@@ -97,8 +68,9 @@ def test_persistent_attempt_alive_on_this_host_is_adopted_then_relaunched_when_g
 
 def test_isolated_attempt_on_another_host_waits_out_the_grace_factor():
     ports, handle, proc = start_running("isolated")
-    elsewhere = FakeProcessControl(ports.clock, lambda launch: None, host="otherhost", uid=ports.fs.uid)
-    second = manager(handle, elsewhere, "m-b", lease_seconds=100.0, takeover_grace_factor=2.0)
+    second = memory_manager(handle, lambda launch: None, manager_id="m-b", host="otherhost", lease_seconds=100.0,
+                            takeover_grace_factor=2.0)
+    elsewhere = second.proc
     ports.clock.advance(199.0)
     second.tick()
     assert kinds(handle) == {"running": 1}
@@ -111,12 +83,13 @@ def test_isolated_attempt_on_another_host_waits_out_the_grace_factor():
 
 def test_persistent_attempt_on_another_host_is_never_taken_over():
     ports, handle, proc = start_running("persistent")
-    elsewhere = FakeProcessControl(ports.clock, lambda launch: None, host="otherhost", uid=ports.fs.uid)
-    second = manager(handle, elsewhere, "m-b", lease_seconds=100.0)
+    second = memory_manager(handle, lambda launch: None, manager_id="m-b", host="otherhost", lease_seconds=100.0)
+    elsewhere = second.proc
     ports.clock.advance(10_000.0)
     second.tick()
     assert kinds(handle) == {"running": 1} and elsewhere.processes == []
-    unsafe = manager(handle, elsewhere, "m-c", lease_seconds=100.0, unsafe_persistent_takeover=True)
+    unsafe = memory_manager(handle, process=elsewhere, manager_id="m-c", lease_seconds=100.0,
+                            unsafe_persistent_takeover=True)
     unsafe.tick()
     assert len(elsewhere.processes) == 1
 

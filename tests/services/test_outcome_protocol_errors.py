@@ -6,11 +6,12 @@ any child runs to success.
 
 from __future__ import annotations
 
-from review_support import fake_proc, frame_of, kinds, manager, outcome, publisher, workspace
+from svc_support import frame_of, kinds
 
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.domain.model import JobKey
 from httk.workflow.protocol import JobSpec
+from httk.workflow.testing import memory_manager, memory_workspace, outcome_document, scripted_runner
 
 CHILD_ID = "11111111-1111-4111-8111-111111111111"
 CHILD_KEY = str(JobKey(CHILD_ID, "c1"))
@@ -19,16 +20,15 @@ CHILD_JOB = JobSpec(name="c", workflow="w", runner_path="run.sh", tag="c1").to_b
 
 def run_with(tree_for_parent, *, data_mode="none"):
     """Run one job whose first attempt publishes ``tree_for_parent``; children and later steps succeed."""
-    ports, handle, [marker] = workspace(data_mode=data_mode)
+    ports, handle, [marker] = memory_workspace(data_mode=data_mode)
     parent_id = marker.job_id
 
     def tree(launch):
         if launch.env["HTTK_WORKFLOW_JOB_ID"] == parent_id and launch.env["HTTK_WORKFLOW_STEP"] == "main":
             return tree_for_parent
-        return {"outcome.json": outcome()}
+        return {"outcome.json": outcome_document()}
 
-    proc = fake_proc(ports, publisher(ports.fs, tree))
-    status = manager(handle, proc, join_grace_seconds=0.0).run()
+    status = memory_manager(handle, scripted_runner(ports.fs, tree), join_grace_seconds=0.0).run()
     return ports, handle, status
 
 
@@ -41,7 +41,7 @@ def failed_with(handle, code):
 def spawn_tree(child: dict, *, payload_job=CHILD_JOB, action="wait"):
     members = {"join": {"step": "after", "children": [child["label"]]}} if action == "wait" else {}
     tree = {
-        "outcome.json": outcome(action, **members),
+        "outcome.json": outcome_document(action, **members),
         "children/spawn.json": {"format": "httk-workflow-spawn", "format_version": 1, "children": [child]},
     }
     if payload_job is not None:
@@ -77,7 +77,7 @@ def test_outcome_json_with_a_5000_digit_integer_is_a_protocol_error():
 
 
 def test_unknown_action_and_bad_next_step_are_protocol_errors():
-    _ports, handle, _ = run_with({"outcome.json": outcome("advance", next_step="../etc")})
+    _ports, handle, _ = run_with({"outcome.json": outcome_document("advance", next_step="../etc")})
     failed_with(handle, "protocol_error")
 
 
@@ -94,7 +94,8 @@ def test_failure_details_with_nan_are_a_protocol_error():
 
 
 def test_join_naming_an_unspawned_label_is_a_protocol_error():
-    _ports, handle, _ = run_with({"outcome.json": outcome("wait", join={"step": "after", "children": ["ghost"]})})
+    join = {"step": "after", "children": ["ghost"]}
+    _ports, handle, _ = run_with({"outcome.json": outcome_document("wait", join=join)})
     failed_with(handle, "protocol_error")
 
 

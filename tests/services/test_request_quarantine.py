@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from review_support import fake_proc, kinds, manager, outcome, publisher, workspace
+from svc_support import kinds
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.services.requests import publish_request
+from httk.workflow.testing import FakeProcessControl, memory_manager, memory_workspace, scripted_runner
 
 READY = "/ws/.httk-workflow/requests/ready"
 
 
 def setup():
-    ports, handle, [marker] = workspace()
-    proc = fake_proc(ports, publisher(ports.fs, lambda launch: {"outcome.json": outcome()}))
+    ports, handle, [marker] = memory_workspace()
+    # One process control for every manager of a test: each attempt succeeds.
+    proc = FakeProcessControl(ports.clock, scripted_runner(ports.fs), uid=ports.fs.uid)
     return ports, handle, marker, proc
 
 
@@ -34,8 +36,8 @@ def quarantined(ports):
 
 
 def settle(handle, proc):
-    m = manager(handle, proc)
-    m._publish_manifest()
+    m = memory_manager(handle, process=proc)
+    m.publish_manifest()
     m.heartbeat(force=True)
     m.requests.process()
     return m
@@ -59,7 +61,7 @@ def test_unreadable_requests_are_quarantined(data):
     drop(ports, "bad.json", data)
     settle(handle, proc)
     assert quarantined(ports) == ["bad.json"]
-    assert manager(handle, proc).run() == 0
+    assert memory_manager(handle, process=proc).run() == 0
     assert kinds(handle) == {"succeeded": 1}
 
 
@@ -118,12 +120,12 @@ def test_request_with_a_traversing_placement_is_quarantined():
 
 def test_cancel_of_a_ready_job_is_immediate_and_final():
     ports, handle, marker, proc = setup()
-    m = manager(handle, proc, workers=0)
-    m._publish_manifest()
+    m = memory_manager(handle, process=proc, workers=0)
+    m.publish_manifest()
     m.tick()  # registers: submitted -> ready
     [ready] = list(handle.store.iter_markers(StateKind.READY))
     document = valid_request(handle, ready, "cancel")
     drop(ports, "c.json", codec.encode(document))
-    assert manager(handle, proc).run() == 0
+    assert memory_manager(handle, process=proc).run() == 0
     assert kinds(handle) == {"cancelled": 1}
     assert proc.processes == []

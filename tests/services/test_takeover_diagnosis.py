@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from review_support import fake_proc, kinds, manager, outcome, publisher, workspace, write_tree
+from svc_support import kinds
 
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.services import diagnosis, inspection
+from httk.workflow.testing import memory_manager, memory_workspace, outcome_document, scripted_runner, write_tree
 
 LEASE = 10.0
 HERE, THERE = "node-here", "node-there"
@@ -24,18 +25,18 @@ HERE, THERE = "node-here", "node-there"
 
 def _left_behind(workdir_mode: str, host: str, *, published: bool = False):
     """A running job whose manager (on ``host``) died with its attempt still alive there."""
-    ports, handle, [marker] = workspace(workdir_mode=workdir_mode)
-    proc = fake_proc(ports, lambda launch: None, host=host)  # the runner never exits by itself
-    owner = manager(handle, proc, "m-dead", lease_seconds=LEASE)
-    owner._publish_manifest()
+    ports, handle, [marker] = memory_workspace(workdir_mode=workdir_mode)
+    # The runner never exits by itself.
+    owner = memory_manager(handle, lambda launch: None, manager_id="m-dead", host=host, lease_seconds=LEASE)
+    owner.publish_manifest()
     owner.heartbeat(force=True)
     for _ in range(5):
         owner.tick()
     [running] = list(handle.store.iter_markers(StateKind.RUNNING))
     if published:
         control = handle.store.read_frame(running).process["control"]
-        write_tree(ports.fs, f"{control}/outcome.ready", {"outcome.json": outcome()})
-    return ports, handle, proc, running
+        write_tree(ports.fs, f"{control}/outcome.ready", {"outcome.json": outcome_document()})
+    return ports, handle, owner.proc, running
 
 
 def _takeover_rules(handle, marker) -> list[str]:
@@ -67,10 +68,13 @@ def test_job_why_says_what_the_manager_then_does(left: dict[str, Any], silence: 
     ports, handle, dead_proc, marker = _left_behind(**left)
     ports.clock.advance(silence)
     # The manager of this host: the same fake host as the runner's when the attempt ran here.
-    proc = dead_proc if left["host"] == HERE else fake_proc(ports, lambda launch: None, host=HERE)
-    proc.behaviour = publisher(ports.fs, lambda launch: {"outcome.json": outcome()})
-    here = manager(handle, proc, "m-here", lease_seconds=LEASE, **options)
-    here._publish_manifest()
+    if left["host"] == HERE:
+        dead_proc.behaviour = scripted_runner(ports.fs)
+        here = memory_manager(handle, process=dead_proc, manager_id="m-here", lease_seconds=LEASE, **options)
+    else:
+        here = memory_manager(handle, manager_id="m-here", host=HERE, lease_seconds=LEASE, **options)
+    proc = here.proc
+    here.publish_manifest()
     here.heartbeat(force=True)
 
     report = diagnosis.why(handle, marker, proc)
@@ -93,4 +97,4 @@ def test_job_why_without_a_live_manager_here_speaks_for_one_started_with_the_def
     # The owner's lease is still live by the clock; a manager started here would wait for it.
     assert report["summary"] == "running under the live lease of manager m-dead"
     [line] = [line for line in report["lines"] if line.startswith("a manager started on this host")]
-    assert "a takeover (process_alive) is admitted in 10 s" in line
+    assert "a takeover (process_alive) is admitted in 10.0 s" in line

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from review_support import fake_proc, frame_of, kinds, manager, outcome, publisher, workspace
+from svc_support import frame_of, kinds
 
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.testing import SimulatedCrash
+from httk.workflow.services.workspaces import WorkspaceService
+from httk.workflow.testing import SimulatedCrash, memory_manager, memory_workspace, outcome_document, scripted_runner
 
 DATA = "/ws/.httk-workflow/data"
 
@@ -20,13 +21,12 @@ def put(op_id, destination, source=None):
 
 
 def run_with(tree, *, outside=None):
-    ports, handle, [marker] = workspace(data_mode="transactional")
+    ports, handle, [marker] = memory_workspace(data_mode="transactional")
     if outside:
         for path, data in outside.items():
             ports.fs.makedirs(path.rsplit("/", 1)[0])
             ports.fs.write_atomic(path, data, durable=True)
-    proc = fake_proc(ports, publisher(ports.fs, lambda launch: tree))
-    status = manager(handle, proc).run()
+    status = memory_manager(handle, scripted_runner(ports.fs, lambda launch: tree)).run()
     return ports, handle, marker, status
 
 
@@ -41,7 +41,7 @@ def failed_with(handle, code):
 
 def test_puts_and_removes_apply_and_bump_the_data_generation():
     tree = {
-        "outcome.json": outcome(),
+        "outcome.json": outcome_document(),
         "transaction/manifest.json": manifest(put("op-0001", "a/b.txt"), put("op-0002", "c"),
                                               {"id": "op-0003", "op": "remove", "destination": "c"},
                                               {"id": "op-0004", "op": "remove", "destination": "z",
@@ -58,7 +58,7 @@ def test_puts_and_removes_apply_and_bump_the_data_generation():
 
 @pytest.mark.parametrize("destination", ["../escape", "/abs", "a/../../x", "", ".", None, 7])
 def test_bad_destinations_are_transaction_errors(destination):
-    tree = {"outcome.json": outcome(), "transaction/manifest.json": manifest(put("op-0001", destination)),
+    tree = {"outcome.json": outcome_document(), "transaction/manifest.json": manifest(put("op-0001", destination)),
             "transaction/files/op-0001": b"x"}
     ports, handle, marker, _ = run_with(tree)
     failed_with(handle, "transaction_error")
@@ -66,30 +66,29 @@ def test_bad_destinations_are_transaction_errors(destination):
 
 
 def test_op_id_with_a_slash_is_a_transaction_error():
-    tree = {"outcome.json": outcome(), "transaction/manifest.json": manifest(put("a/b", "x", "files/op")),
+    tree = {"outcome.json": outcome_document(), "transaction/manifest.json": manifest(put("a/b", "x", "files/op")),
             "transaction/files/op": b"x"}
     _ports, handle, _marker, _ = run_with(tree)
     failed_with(handle, "transaction_error")
 
 
 def test_manifest_operations_not_an_array_is_a_protocol_error():
-    tree = {"outcome.json": outcome(), "transaction/manifest.json": {"operations": {"id": "op-0001"}}}
+    tree = {"outcome.json": outcome_document(), "transaction/manifest.json": {"operations": {"id": "op-0001"}}}
     _ports, handle, _marker, _ = run_with(tree)
     failed_with(handle, "protocol_error")
 
 
 def test_a_transaction_on_a_job_without_data_mode_is_a_protocol_error():
-    ports, handle, [marker] = workspace()
-    tree = {"outcome.json": outcome(), "transaction/manifest.json": manifest(put("op-0001", "x")),
+    ports, handle, [marker] = memory_workspace()
+    tree = {"outcome.json": outcome_document(), "transaction/manifest.json": manifest(put("op-0001", "x")),
             "transaction/files/op-0001": b"x"}
-    proc = fake_proc(ports, publisher(ports.fs, lambda launch: tree))
-    manager(handle, proc).run()
+    memory_manager(handle, scripted_runner(ports.fs, lambda launch: tree)).run()
     failed_with(handle, "protocol_error")
     assert not ports.fs.exists(f"{current(marker)}/x")
 
 
 def test_put_source_outside_the_staging_area_is_refused():
-    tree = {"outcome.json": outcome(),
+    tree = {"outcome.json": outcome_document(),
             "transaction/manifest.json": manifest(put("op-0001", "stolen", "../../../../../../../../secret/key"))}
     ports, handle, marker, _ = run_with(tree, outside={"/secret/key": b"s3cret"})
     assert not ports.fs.exists(f"{current(marker)}/stolen")
@@ -97,7 +96,7 @@ def test_put_source_outside_the_staging_area_is_refused():
 
 
 def test_put_through_a_previously_installed_symlink_cannot_escape():
-    tree = {"outcome.json": outcome(),
+    tree = {"outcome.json": outcome_document(),
             "transaction/manifest.json": manifest(put("op-0001", "link"), put("op-0002", "link/evil")),
             "transaction/files/op-0001": ("link", "/victim"),
             "transaction/files/op-0002": b"pwned"}
@@ -106,13 +105,13 @@ def test_put_through_a_previously_installed_symlink_cannot_escape():
 
 
 def test_put_with_a_missing_source_is_a_transaction_error():
-    tree = {"outcome.json": outcome(), "transaction/manifest.json": manifest(put("op-0001", "x"))}
+    tree = {"outcome.json": outcome_document(), "transaction/manifest.json": manifest(put("op-0001", "x"))}
     _ports, handle, _marker, _ = run_with(tree)
     failed_with(handle, "transaction_error")
 
 
 def test_duplicate_operation_ids_are_refused():
-    tree = {"outcome.json": outcome(),
+    tree = {"outcome.json": outcome_document(),
             "transaction/manifest.json": manifest(put("op-0001", "a", "files/a"), put("op-0001", "b", "files/b")),
             "transaction/files/a": b"a", "transaction/files/b": b"b"}
     ports, handle, marker, _ = run_with(tree)
@@ -121,7 +120,7 @@ def test_duplicate_operation_ids_are_refused():
 
 @pytest.mark.parametrize("op_id", ["", ".", ".."])
 def test_dot_operation_ids_are_refused(op_id):
-    tree = {"outcome.json": outcome(),
+    tree = {"outcome.json": outcome_document(),
             "transaction/manifest.json": manifest(put("op-0001", "first"), put(op_id, "second", "files/s")),
             "transaction/files/op-0001": b"1", "transaction/files/s": b"2"}
     _ports, handle, _marker, _ = run_with(tree)
@@ -129,21 +128,20 @@ def test_dot_operation_ids_are_refused(op_id):
 
 
 def test_an_invalid_manifest_does_not_change_published_data():
-    ports, handle, [marker] = workspace(data_mode="transactional")
+    ports, handle, [marker] = memory_workspace(data_mode="transactional")
     ports.fs.write_atomic(f"{current(marker)}/keep", b"old", durable=True)
-    tree = {"outcome.json": outcome(),
+    tree = {"outcome.json": outcome_document(),
             "transaction/manifest.json": manifest({"id": "op-0001", "op": "frobnicate", "destination": "keep"})}
-    proc = fake_proc(ports, publisher(ports.fs, lambda launch: tree))
-    manager(handle, proc).run()
+    memory_manager(handle, scripted_runner(ports.fs, lambda launch: tree)).run()
     failed_with(handle, "transaction_error")
     assert ports.fs.read_bytes(f"{current(marker)}/keep") == b"old"
 
 
 def _crash_replay(points):
     """Run to commit, crash at ``points`` operations into the commit, recover with a second manager."""
-    ports, handle, [marker] = workspace(data_mode="transactional")
+    ports, handle, [marker] = memory_workspace(data_mode="transactional")
     ports.fs.write_atomic(f"{current(marker)}/a", b"old-a", durable=True)
-    tree = {"outcome.json": outcome(),
+    tree = {"outcome.json": outcome_document(),
             "transaction/manifest.json": manifest(put("op-0001", "a"), put("op-0002", "b/c"),
                                                   {"id": "op-0003", "op": "remove", "destination": "a"},
                                                   put("op-0004", "a")),
@@ -151,27 +149,24 @@ def _crash_replay(points):
             "transaction/files/op-0004": b"final-a"}
 
     def behaviour(launch):
-        publisher(ports.fs, lambda _launch: tree)(launch)
+        scripted_runner(ports.fs, lambda _launch: tree)(launch)
         ports.fs.sync_tree("/ws")
         ports.fs.arm_crash(points)
         return 0
 
-    proc = fake_proc(ports, behaviour)
-    first = manager(handle, proc, "m-a", lease_seconds=10.0)
+    first = memory_manager(handle, behaviour, manager_id="m-a", lease_seconds=10.0)
     try:
         first.run()
         crashed = False
     except SimulatedCrash:
         crashed = True
     ports.fs.crash()
-    from httk.workflow.services.workspaces import WorkspaceService
-
     fresh = WorkspaceService(handle.ports).open("/ws")
     ports.clock.advance(1000.0)
-    proc2 = fake_proc(ports, publisher(ports.fs, lambda launch: {"outcome.json": outcome("fail", failure={
-        "code": "rerun", "message": "the attempt ran twice"})}))
+    rerun = scripted_runner(ports.fs, lambda launch: {"outcome.json": outcome_document("fail", failure={
+        "code": "rerun", "message": "the attempt ran twice"})})
     try:
-        manager(fresh, proc2, "m-b", lease_seconds=10.0).run()
+        memory_manager(fresh, rerun, manager_id="m-b", lease_seconds=10.0).run()
         error = None
     except Exception as raised:  # the recovering manager must never crash
         error = raised

@@ -1,33 +1,31 @@
-"""Review 2: the Bash runner SDK with awkward arguments, early exits and damaged attempt files."""
+"""The Bash runner SDK and its bridge with awkward arguments, early exits and damaged attempt files."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from review2_support import bridge, harness, run_bash_runner
+from shell_support import bridge
 
 from httk.workflow import codec
 
-make_attempt = harness.make_attempt
-workspace_spec_fixture = harness.workspace_spec_fixture
 AWKWARD = "a b\n'q' \"d\" * $HOME `x` \\ ü"
 
 
-def test_awkward_strings_survive_state_and_fail_verbatim(make_attempt, tmp_path, monkeypatch):
+def test_awkward_strings_survive_state_and_fail_verbatim(make_attempt, runners, monkeypatch):
     fake = make_attempt("start")
     body = 'step_start() {\n    httk_workflow_state_set k "$AWKJSON"\n    httk_workflow_fail "code" "$AWK"\n}\n'
     monkeypatch.setenv("AWK", AWKWARD)
     monkeypatch.setenv("AWKJSON", json.dumps(AWKWARD))
-    result = run_bash_runner(tmp_path / "r", body)
+    result = runners.bash(body)
     assert result.returncode == 0, result.stderr
     assert json.loads((fake.payload / ".httk-job" / "state.json").read_bytes()) == {"k": AWKWARD}
     assert fake.outcome()["failure"]["message"] == AWKWARD
 
 
-def test_handler_exit_zero_without_outcome_is_no_outcome(make_attempt, tmp_path):
+def test_handler_exit_zero_without_outcome_is_no_outcome(make_attempt, runners):
     fake = make_attempt("start")
-    result = run_bash_runner(tmp_path / "r", "step_start() {\n    exit 0\n    httk_workflow_succeed\n}\n")
+    result = runners.bash("step_start() {\n    exit 0\n    httk_workflow_succeed\n}\n")
     assert result.returncode == 0, result.stderr
     assert fake.outcome()["failure"]["code"] == "no_outcome"
 

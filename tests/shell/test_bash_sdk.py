@@ -1,16 +1,15 @@
 """The Bash runner SDK (shell/httk-workflow.sh) run as real Bash runners against hand-built attempts.
 
-Attempts are laid out by the Python SDK's own test harness (tests/sdk/conftest.py:
-payload via ``prepare_job_payload``, control directory, ``context.json``,
-``HTTK_WORKFLOW_*``), and each runner is a Bash script started as a subprocess,
-exactly as the manager starts one. Where the Python SDK has the same operation,
-the bytes both leave behind are compared.
+Attempts are laid out by the Python SDK's own test harness (tests/attempt_support.py,
+the ``make_attempt`` fixture: payload via ``prepare_job_payload``, control directory,
+``context.json``, ``HTTK_WORKFLOW_*``), and each runner is a Bash script started as a
+subprocess, exactly as the manager starts one (tests/shell/shell_support.py). Where the
+Python SDK has the same operation, the bytes both leave behind are compared.
 """
 
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import os
 import re
@@ -18,15 +17,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
-import pytest
+from shell_support import LIB, bash_env
 
+from attempt_support import ENV_VARS
 from httk.workflow import codec
 from httk.workflow.protocol import JobSpec, prepare_job_payload
 
 ROOT = Path(__file__).resolve().parents[2]
-LIB = ROOT / "shell" / "httk-workflow.sh"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 UUID_BYTES = re.compile(UUID.pattern.encode())
 
@@ -36,75 +34,9 @@ def scrub(data: bytes) -> bytes:
     return UUID_BYTES.sub(b"<uuid>", data)
 
 
-def _load_sdk_harness() -> Any:
-    spec = importlib.util.spec_from_file_location("httk_sdk_test_harness", ROOT / "tests" / "sdk" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_harness = _load_sdk_harness()
-# The Python SDK tests' fixtures, shared: make_attempt(step, spec=..., children=..., settings=...), workspace_spec(...).
-make_attempt = _harness.make_attempt
-workspace_spec_fixture = _harness.workspace_spec_fixture
-
-
 def script(text: str) -> str:
     """A Bash snippet written indented in this file, as Bash sees it."""
     return textwrap.dedent(text).strip("\n")
-
-
-def bash_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "HTTK_WORKFLOW_SHELL_LIB": str(LIB), "HTTK_WORKFLOW_PYTHON": sys.executable, **extra}
-
-
-class Runners:
-    """Writes runner scripts into a scratch directory and runs them in the current attempt."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.count = 0
-
-    def bash(
-        self, body: str, *, steps: str = "start", args: tuple[str, ...] = (), env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        self.count += 1
-        script = self.directory / f"runner-{self.count}.sh"
-        script.write_text(
-            f'source "$HTTK_WORKFLOW_SHELL_LIB"\nhttk_workflow_runner demo {steps}\n{body}\nhttk_workflow_main "$@"\n',
-            encoding="utf-8",
-        )
-        cwd = os.environ.get("HTTK_WORKFLOW_WORKDIR") or self.directory
-        return subprocess.run(
-            ["bash", str(script), *args], env=bash_env(**(env or {})), cwd=cwd, capture_output=True, text=True
-        )
-
-    def python(self, body: str, *, steps: str = "start") -> subprocess.CompletedProcess[str]:
-        """The same runner in Python: ``body`` defines the handlers on ``run``."""
-        self.count += 1
-        script = self.directory / f"runner-{self.count}.py"
-        script.write_text(
-            "from httk.workflow import ChildSpec, Runner\n"
-            "run = Runner('demo')\n"
-            f"{body}\n"
-            "raise SystemExit(run.main())\n",
-            encoding="utf-8",
-        )
-        return subprocess.run(
-            [sys.executable, str(script)],
-            env=dict(os.environ),
-            cwd=os.environ["HTTK_WORKFLOW_WORKDIR"],
-            capture_output=True,
-            text=True,
-        )
-
-
-@pytest.fixture
-def runners(tmp_path: Path) -> Runners:
-    directory = tmp_path / "runners"
-    directory.mkdir()
-    return Runners(directory)
 
 
 # Runs one command with errexit out of the way and prints name, status and output.
@@ -180,7 +112,7 @@ def test_main_refuses_bad_usage_and_undeclared_runners(make_attempt, runners):
 
 
 def test_main_outside_a_manager_is_refused(runners, monkeypatch):
-    for name in _harness.ENV_VARS:
+    for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     result = runners.bash("step_start() { httk_workflow_succeed; }")
     assert result.returncode == 2
@@ -821,7 +753,7 @@ def test_batch_runs_many_commands_in_one_start_and_stops_at_the_first_failure(ma
 
 
 def test_calc_template_and_compression(runners, tmp_path, monkeypatch):
-    for name in _harness.ENV_VARS:
+    for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "INCAR.tmpl").write_text("ENCUT = {{ encut }}\nMAGMOM = {{ moments }}\n", encoding="utf-8")
     (tmp_path / "values.json").write_text('{"encut": 520, "moments": [1, 2]}', encoding="utf-8")
@@ -863,7 +795,7 @@ def test_calc_template_and_compression(runners, tmp_path, monkeypatch):
 
 
 def test_job_prepare_writes_the_job_json_python_writes(tmp_path, monkeypatch):
-    for name in _harness.ENV_VARS:
+    for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     sha = "ef" * 32
     spec = JobSpec(

@@ -27,6 +27,7 @@ from . import codec
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.process_groups import group_alive, signal_group
 from .domain.model import Failure, ValidationError, check_step
+from .ports import unreadable
 
 if TYPE_CHECKING:
     import subprocess
@@ -244,9 +245,20 @@ class AttemptContext:
         )
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> AttemptContext:
-        data = Path(path).read_bytes()
-        return cls.from_json(codec.decode(data, os.fspath(path)), os.fspath(path))
+    def load(cls, path: str | os.PathLike[str], fs: Filesystem | None = None) -> AttemptContext:
+        """Read and validate ``context.json``; ``DocumentError`` (one line, naming it) when it cannot be.
+
+        Read like every document another actor wrote (``Filesystem.read_document``): a FIFO,
+        directory, symlink or oversized file there is refused unread instead of hanging the runner.
+        """
+        name = os.fspath(path)
+        try:
+            data = (fs if fs is not None else PosixFilesystem()).read_document(name)
+        except OSError as error:
+            problem = unreadable(name, error).removeprefix(f"{name} ")
+            raise codec.DocumentError(name, "$", f"{problem}; a manager writes it as a regular file for "
+                                      "each attempt: start this runner through a manager") from None
+        return cls.from_json(codec.decode(data, name), name)
 
 
 # --------------------------------------------------------------------------- children to spawn

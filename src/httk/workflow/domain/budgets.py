@@ -233,7 +233,8 @@ def uncharged(counters: Counters) -> Counters:
     """``counters`` with the attempt that was started last given back to both attempt budgets.
 
     For an attempt that ended through no doing of the job's — its own manager
-    terminated it while draining at walltime — so the job's next attempt
+    terminated it while draining at walltime, or its manager died between the
+    claim and the launch, so the claim is released — so the job's next attempt
     consumes what that one would have. The activation is unchanged.
     """
     return attrs.evolve(

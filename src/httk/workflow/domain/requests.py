@@ -19,7 +19,7 @@ import attrs
 
 from .budgets import Start, counters_of, may_start
 from .frames import StateFrame
-from .lifecycle import TRANSITIONS, Event, StateKind, is_terminal
+from .lifecycle import Event, StateKind, allowed_events, is_terminal
 from .model import RetryPolicy, ValidationError, check_step
 
 ACTIONS: tuple[str, ...] = ("pause", "continue", "cancel", "override_step")
@@ -52,7 +52,7 @@ def _refuse(action: str, refusal: str) -> RequestPlan:
 
 
 def _allowed(kind: StateKind, event: Event) -> bool:
-    return (kind, event) in TRANSITIONS
+    return event in allowed_events(kind)
 
 
 def _finished(kind: StateKind) -> str:

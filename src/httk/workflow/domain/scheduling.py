@@ -1,16 +1,16 @@
-"""Pure pieces of a scheduling tick: claim filters, best-within-window order, root rotation.
+"""Pure pieces of a scheduling tick: claim filters, best-within-window order, slow-pass levels.
 
 Owns what a manager may claim (pool, capabilities, executor, placement prefix),
-the order in which it claims from one bounded window, the round-robin order of
-top-level placement roots, and how loudly a slow pass is logged. Invariant: the
-same inputs give the same order on every manager, so a tick is reproducible and
-equal priorities never reorder at random.
+which directories a prefix-restricted walk descends into, the order in which it
+claims from one bounded window, and how loudly a slow pass is logged. Invariant:
+the same inputs give the same order on every manager, so a tick is reproducible
+and equal priorities never reorder at random. (The round robin over placement
+roots is the discovery cursor's: it is state, kept in memory by the service.)
 Spec: 000 "Run" (pools, long scans), "Scheduling".
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections.abc import Iterable, Sequence
 
@@ -130,18 +130,6 @@ def best_within_window(candidates: Iterable[Candidate], slots: int) -> list[Cand
         return []
     # nsmallest is documented as sorted(...)[:n], so equal keys keep their input order.
     return heapq.nsmallest(slots, candidates, key=lambda c: (-c.priority, c.order_key))
-
-
-def rotate(roots: Sequence[str], start_after: str | None) -> list[str]:
-    """The distinct roots in sorted order, starting after ``start_after`` and wrapping around.
-
-    A ``start_after`` that no longer exists resumes at the next root that sorts after it.
-    """
-    ordered = sorted(set(roots))
-    if start_after is None:
-        return ordered
-    cut = bisect.bisect_right(ordered, start_after)
-    return ordered[cut:] + ordered[:cut]
 
 
 def pass_duration_level(duration: float, lease_seconds: float) -> str | None:

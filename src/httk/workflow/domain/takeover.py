@@ -158,7 +158,7 @@ def decide_takeover(obs: TakeoverObservation) -> TakeoverVerdict:
     wait, rule = later
     message = verdict.message
     if verdict.rule == "lease_live":  # the other rows that wait already say when their wait ends
-        message = f"{message}; if it stays silent, a takeover ({rule}) is admitted in {wait:g} s"
+        message = f"{message}; if it stays silent, a takeover ({rule}) is admitted in {wait:.1f} s"
     return attrs.evolve(verdict, not_before=obs.observed_at + wait, admitted_by=rule, message=message)
 
 
@@ -179,7 +179,7 @@ def _earliest_admission(obs: TakeoverObservation) -> tuple[float, str] | None:
 
 def _table(obs: TakeoverObservation) -> TakeoverVerdict:
     """The takeover table proper (spec 000), one row per return."""
-    age = f"heartbeat {obs.heartbeat_age:g} s old"
+    age = f"heartbeat {obs.heartbeat_age:.1f} s old"
     lease = f"lease {obs.lease_seconds:g} s"
     if obs.heartbeat_age <= obs.lease_seconds:
         return _verdict(
@@ -206,6 +206,9 @@ def _table(obs: TakeoverObservation) -> TakeoverVerdict:
             "to finish the cancellation",
         )
     if obs.kind in (StateKind.COMMITTING, StateKind.CANCELLING):
+        # Expiry alone suffices: no process writes anything here, and a mistaken verdict (a live owner
+        # whose heartbeat looked old) costs a lost commit, not two: the taker renames the marker to its
+        # own generation before it acts, and a commit run twice at once changes what one run would.
         return _verdict(
             obs,
             TakeoverAction.FINISH,

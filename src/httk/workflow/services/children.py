@@ -10,18 +10,22 @@ from another job after a crash is the parent and attempt recorded in each
 child's id reservation and in its ``.httk-job/parent.json``.
 
 Creation is crash-safe in four phases: every child's job id is reserved, every
-payload is renamed into place (a payload without a marker is seen by no
-manager), then each ``submitted`` marker is published and ledgered. A replay
-redoes only what is not ledgered, and a clash found midway (another job won an
-id or a name meanwhile) moves this outcome's payloads back and releases its
-reservations before refusing. Spec: 001 "Spawning
-children"; docs/workflow_filesystem_api.md "Commits".
+payload is renamed into place with its ``submitted`` marker staged inside it (a
+payload without a marker is seen by no manager), then each staged marker is
+renamed into the state tree and ledgered. A replay redoes only what is not
+ledgered, and a clash found midway (another job won an id or a name meanwhile)
+moves this outcome's payloads back and releases its reservations before
+refusing. Two managers may run one commit at once (a lease is evidence, not a
+fence): a payload the other one moved is recognized by its parent record, and
+the staged marker, renamed once, is published once even if a manager registers
+it before the slower one looks. Spec: 001 "Spawning children";
+docs/workflow_filesystem_api.md "Commits".
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -32,11 +36,13 @@ from ..domain.model import JobKey
 from ..protocol import JOB_FILE, PRIVATE_DIR, parse_job_bytes
 from .job_ids import JobIdTaken, Reservation, check_job_id, job_id_traces, release_job_id, reserve_job_id
 from .links import UntrustedLink, refuse_links
-from .markers import Marker, MarkerNameError
+from .markers import INIT_REF, Marker, MarkerNameError
 from .outcomes import Outcome
 from .store import Store
 
 PARENT_FILE = "parent.json"
+#: The child's ``submitted`` marker, staged in its payload before the payload moves (published by one rename).
+STAGED_MARKER = "submitted.marker"
 
 
 class ChildrenError(ValueError):
@@ -65,45 +71,83 @@ class ChildPlan:
     attempt_id: str
     children: tuple[_Child, ...]
 
-    def create(self) -> list[Marker]:
+    def create(self, between: Callable[[], None] | None = None) -> list[Marker]:
         """Reserve every child's job id, rename every payload into place, then publish and ledger each
-        marker; the markers made now."""
+        marker; the markers made now.
+
+        Safe against a concurrent run of this same commit (a mistaken lease expiry): a payload
+        or marker another applier of it placed meanwhile is recognized by its parent record
+        and counted as placed, never as a clash. ``between`` is called before each child's
+        rename and marker (a heartbeat, and the check that this manager still holds the commit).
+        """
         fs, durable = self.store.fs, self.store.config.durable
-        in_place = [child for child in self.children if child.in_place]
+        placed = [child for child in self.children if child.in_place]
         for child in self.children:
             try:
                 # A reservation naming this attempt's child is a crashed run's: kept, not a clash.
                 reserve_job_id(fs, self.store.layout, child.reservation, durable=durable)
             except JobIdTaken as taken:
                 # Another job took the id since the plan: this outcome creates nothing after all.
-                _withdraw(self.store, in_place, self.children)
+                _withdraw(self.store, placed, self.children)
                 raise ChildrenError(f"child {child.label!r}: {taken}; a spawn must name a new job id") from None
-        moved: list[_Child] = []
         for child in self.children:
             if child.in_place:
                 continue
-            link = dict(child.reservation.parent or {})
-            fs.write_atomic(f"{child.source}/{PRIVATE_DIR}/{PARENT_FILE}", codec.encode(link), durable=durable)
-            try:
-                fs.rename(child.source, child.destination, durable=durable)
-            except FileExistsError:
+            if between is not None:
+                between()
+            if not self._place(child):
                 # Something that reserves no id (a directory made by hand) took the name since the plan.
-                _withdraw(self.store, [*moved, *in_place], self.children)
+                _withdraw(self.store, placed, self.children)
                 raise ChildrenError(
                     f"child {child.label!r}: job {child.key} at {child.placement} was created by another "
                     "job meanwhile; a spawn must name a new job id"
-                ) from None
-            moved.append(child)
+                )
+            placed.append(child)
         created: list[Marker] = []
         for child in self.children:
-            # A payload moved by a crashed run may already have its marker; one moved now cannot.
-            if not (child.in_place and self.store.locate(child.placement, str(child.key))):
-                try:
+            if between is not None:
+                between()
+            if fs.exists(child.ledger):
+                continue  # a concurrent run of this commit published it
+            marker = Marker(StateKind.SUBMITTED, child.placement, child.key, child.priority, 0, INIT_REF)
+            try:
+                # The staged marker travelled with the payload and is renamed once, by whichever run of
+                # this commit gets there first; gone, it was published (and may be registered since).
+                if self.store.adopt(f"{child.destination}/{PRIVATE_DIR}/{STAGED_MARKER}", marker):
+                    created.append(marker)
+                elif _unstaged(self.store, child) and not self.store.locate(child.placement, str(child.key)):
                     created.append(self.store.create_submitted(child.placement, child.key, child.priority))
-                except FileExistsError:
-                    pass
+            except FileExistsError:
+                pass  # the generation-0 marker is there already
             fs.write_atomic(child.ledger, b"", durable=durable)
         return created
+
+    def _place(self, child: _Child) -> bool:
+        """Rename one payload into place; ``False`` when the name holds another job's payload."""
+        fs, durable = self.store.fs, self.store.config.durable
+        if fs.lstat(child.source) is not None:
+            link = {**(child.reservation.parent or {}), "staged_marker": True}
+            fs.write_atomic(f"{child.source}/{PRIVATE_DIR}/{PARENT_FILE}", codec.encode(link), durable=durable)
+            staged = f"{child.source}/{PRIVATE_DIR}/{STAGED_MARKER}"
+            info = fs.lstat(staged)
+            if info is not None and not (info.is_file and info.size == 0):
+                fs.rmtree(staged)  # only an empty file may become a marker
+            try:
+                fs.create_empty(staged, durable=durable)
+            except FileExistsError:
+                pass  # staged by a crashed run of this commit
+            try:
+                fs.rename(child.source, child.destination, durable=durable)
+                return True
+            except (FileExistsError, FileNotFoundError):
+                pass  # another applier of this commit, or another job: the parent record tells
+        creator = _creator(self.store, child.destination)
+        if creator is None or not _by_this_outcome(creator, self.parent, self.attempt_id, child.label):
+            return False
+        if fs.lstat(f"{child.source}/{JOB_FILE}") is None:
+            # The parent record written just as a concurrent applier moved the payload.
+            fs.rmtree(child.source)
+        return True
 
 
 def plan_children(store: Store, control: str, outcome: Outcome, parent: Marker, *, attempt_id: str) -> ChildPlan:
@@ -139,39 +183,65 @@ def plan_children(store: Store, control: str, outcome: Outcome, parent: Marker, 
         base = _Child(label, key, placement, source, destination, ledger, 0, False, reservation)
         reservations.append(base)
         try:
-            refuse_links(fs, anchor, ledger, f"{source}/{JOB_FILE}", f"{source}/{PRIVATE_DIR}/{PARENT_FILE}")
+            refuse_links(fs, anchor, ledger, f"{source}/{JOB_FILE}", f"{source}/{PRIVATE_DIR}/{PARENT_FILE}",
+                         f"{source}/{PRIVATE_DIR}/{STAGED_MARKER}")
         except UntrustedLink as error:
             problems.append(f"{who}: {error}")
             continue
         if fs.exists(ledger):
             continue  # created by a crashed run of this commit
-        creator = _creator(store, destination)
+        problem: str | None = None
+        priority = 0
+        for _read in range(2):
+            # Read twice when the first says "not placed": a concurrent run of this same commit may have
+            # moved the payload (and published its marker) between the reads of the first round.
+            creator = _creator(store, destination)
+            if creator is not None:
+                break
+            problem, priority = _fresh(store, spawned, placement, reservation, source, ids_at)
+            if problem is None:
+                break
         if creator is not None:
             if _by_this_outcome(creator, parent, attempt_id, label):
                 children.append(attrs.evolve(base, priority=_priority(store, destination), in_place=True))
             else:
                 problems.append(f"{who}: job {key} at {placement} already exists ({_origin(creator)}); "
                                 "a spawn must name a new job id")
-            continue
-        if fs.lstat(source) is None:
-            problems.append(f"{who}: its payload {spawned['payload']} is not in the outcome")
-            continue
-        used = _job_id_in_use(store, key.job_id, placement, ids_at)
-        if used is not None:
-            problems.append(f"{who}: job id {key.job_id} ({key} at {placement}) names an existing job "
-                            f"({used}); a spawn must name a new job id")
-            continue
-        try:
-            check_job_id(fs, layout, reservation)  # a job at any placement, run or not
-        except JobIdTaken as taken:
-            problems.append(f"{who}: {taken}; a spawn must name a new job id")
-            continue
-        children.append(attrs.evolve(base, priority=_priority(store, source)))
+        elif problem is not None:
+            problems.append(f"{who}: {problem}")
+        else:
+            children.append(attrs.evolve(base, priority=priority))
     if problems:
         _withdraw(store, [child for child in children if child.in_place], reservations)
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ChildrenError(problems[0] + more)
     return ChildPlan(store, parent, attempt_id, tuple(children))
+
+
+def _fresh(store: Store, spawned: dict[str, Any], placement: str, reservation: Reservation, source: str,
+           ids_at: dict[str, set[str]]) -> tuple[str | None, int]:
+    """Why a child not yet in place cannot be created (``None``: it can), and its priority."""
+    job_id = reservation.job_id
+    if store.fs.lstat(source) is None:
+        return f"its payload {spawned['payload']} is not in the outcome", 0
+    used = _job_id_in_use(store, job_id, placement, ids_at)
+    if used is not None:
+        return (f"job id {job_id} ({reservation.job_key} at {placement}) names an existing job ({used}); "
+                "a spawn must name a new job id"), 0
+    try:
+        check_job_id(store.fs, store.layout, reservation)  # a job at any placement, run or not
+    except JobIdTaken as taken:
+        return f"{taken}; a spawn must name a new job id", 0
+    try:
+        return None, _priority(store, source)
+    except FileNotFoundError:
+        return f"its payload {spawned['payload']} is not in the outcome", 0
+
+
+def _unstaged(store: Store, child: _Child) -> bool:
+    """Whether the payload in place was placed without a staged marker (by a manager before staging)."""
+    creator = _creator(store, child.destination)
+    return creator is not None and creator.get("staged_marker") is not True
 
 
 def _priority(store: Store, payload: str) -> int:

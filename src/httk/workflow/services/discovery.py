@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from ..domain.lifecycle import StateKind
-from ..domain.scheduling import placement_matches
+from ..domain.scheduling import may_contain_matches, placement_matches
 from ..ports import Entry, Filesystem
 from .layout import Layout
 from .markers import Marker, MarkerNameError
@@ -46,7 +46,7 @@ class _RootWalk:
         for entry in entries:
             if entry.is_dir:
                 child = f"{placement}/{entry.name}"
-                if prefixes and not _could_match(child, prefixes):
+                if prefixes and not may_contain_matches(child, prefixes):
                     yield entry, None
                     continue
                 yield entry, None
@@ -61,14 +61,6 @@ class _RootWalk:
 
     def next(self) -> tuple[Entry, Marker | None] | None:
         return next(self._iter, None)
-
-
-def _could_match(placement: str, prefixes: tuple[str, ...]) -> bool:
-    """Whether anything below ``placement`` can match a prefix (prune the walk early)."""
-    for prefix in prefixes:
-        if placement_matches(placement, (prefix,)) or prefix.startswith(placement + "/"):
-            return True
-    return False
 
 
 class KindCursor:
@@ -86,7 +78,7 @@ class KindCursor:
     def _refresh_roots(self) -> None:
         names = sorted(entry.name for entry in self._fs.scandir(self._base) if entry.is_dir)
         if self._prefixes:
-            names = [name for name in names if _could_match(name, self._prefixes)]
+            names = [name for name in names if may_contain_matches(name, self._prefixes)]
         self._roots = deque(names)
         self._walks = {}
         self._cycle_roots_left = len(names)

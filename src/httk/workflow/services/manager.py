@@ -20,25 +20,21 @@ import attrs
 from .. import codec
 from ..domain.joins import DEFAULT_JOIN_GRACE_SECONDS
 from ..domain.lifecycle import ACTIVE_KINDS, TERMINAL_KINDS, Event, StateKind, next_kind
-from ..domain.model import Failure
-from ..domain.scheduling import Offer
+from ..domain.scheduling import Offer, pass_duration_level
 from ..ports import LaunchedProcess, ProcessControl, Verifier
 from .attempts import AttemptPlan, LaunchSettings
 from .cancellation import Cancellation
-from .children import ChildPlan, ChildrenError, plan_children
-from .commit import Decision, clear_note, decide, note_for_parent
+from .commit import Decision, apply_outcome, clear_note, decide, note_for_parent, settle_lost_note
 from .containment import Refusals, contained
 from .discovery import Discovery
 from .draining import Drain
 from .launching import Launcher
-from .links import UntrustedLink
 from .markers import Marker
 from .outcomes import Outcome, published, read_outcome
 from .recovery import Recovery
 from .requests import RequestProcessor
 from .store import JobDamage, JobView, LostRace
 from .summary import summarize
-from .transactions import TransactionError, apply_transaction
 from .waiting import WaitingPass
 from .workspaces import WorkspaceHandle
 
@@ -166,7 +162,7 @@ class Manager:
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> int:
         """Serve until idle (or forever with ``idle``); returns the exit status."""
-        self._publish_manifest()
+        self.publish_manifest()
         self.heartbeat(force=True)
         self.out(self.banner())
         self._warn_empty_prefixes()
@@ -229,7 +225,8 @@ class Manager:
         return {"manager_id": self.id, "host": self.host, "lease_seconds": self.lease, "claimed_at": self.clock.now()}
 
     # -- manifest and heartbeat --------------------------------------------------------------
-    def _publish_manifest(self) -> None:
+    def publish_manifest(self) -> None:
+        """Publish ``managers/<id>/manager.json``: what this manager serves and decides with (``run`` does it first)."""
         manifest = {
             "format": "httk-workflow-manager",
             "format_version": 1,
@@ -300,10 +297,11 @@ class Manager:
         return self._last_progress != before
 
     def _check_pass_duration(self, kind: StateKind, duration: float) -> None:
-        if duration >= 0.9 * self.lease:
+        level = pass_duration_level(duration, self.lease)
+        if level == "error":
             log.error("a %s pass took %.1fs, 90%% of the %.0fs lease: raise lease_seconds or split the "
                       "workspace", kind.value, duration, self.lease)
-        elif duration >= 0.5 * self.lease:
+        elif level == "warning":
             log.warning("a %s pass took %.1fs, half the %.0fs lease", kind.value, duration, self.lease)
 
     def _handle_pass(self, kind: StateKind, markers: list[Marker]) -> None:
@@ -312,7 +310,7 @@ class Manager:
             markers = [marker for marker in markers if marker.job_id in self.only_jobs]
         if kind == StateKind.SUBMITTED:
             for marker in markers:
-                self.contain(marker, "registration", lambda marker=marker: self._register(marker))
+                self.contain(marker, "registration", lambda marker=marker: self.register(marker))
         elif kind == StateKind.READY:
             if not self.draining:
                 self.launcher.claim_window(markers)
@@ -388,7 +386,8 @@ class Manager:
                 return f"its {what} {path} is not a {'directory' if want_dir else 'regular file'}"
         return None
 
-    def _register(self, marker: Marker) -> None:
+    def register(self, marker: Marker) -> None:
+        """Register one submitted job (``submitted`` -> ``ready`` at its initial step), or refuse it."""
         try:
             view = self.store.read_job(marker)
         except JobDamage as damage:
@@ -481,57 +480,65 @@ class Manager:
         return None
 
     def commit(self, marker: Marker, frame: Any, spec: Any, control: str, outcome: Outcome) -> None:
-        """Apply an outcome to a job this manager holds in ``committing``."""
-        applied = False
-        children: ChildPlan | None = None
-        if outcome.published and outcome.spawned:
-            # Verified before the data changes: an outcome whose children clash changes nothing.
-            try:
-                children = plan_children(self.store, control, outcome, marker, attempt_id=frame.attempt_id or "")
-            except (ChildrenError, codec.DocumentError, OSError) as error:
-                outcome = Outcome("fail", failure=Failure("protocol_error", f"children not created: {error}"),
-                                  published=False)
-        if outcome.published and outcome.transaction:
-            if spec.data_mode != "transactional":
-                outcome = Outcome("fail", failure=Failure(
-                    "protocol_error", "the outcome stages data operations but the job's data mode is none"),
-                    published=False)
-            else:
-                try:
-                    apply_transaction(self.fs, self.layout, marker.job_id, control, outcome.transaction,
-                                      durable=self.handle.durable)
-                    applied = True
-                except UntrustedLink as error:
-                    outcome = Outcome("fail", failure=Failure("protocol_error", str(error)), published=False)
-                except (TransactionError, OSError) as error:
-                    outcome = Outcome("fail", failure=Failure("transaction_error", str(error)), published=False)
-        if outcome.published and children is not None:
-            try:
-                created = children.create()
-            except (ChildrenError, codec.DocumentError, OSError) as error:
-                outcome = Outcome("fail", failure=Failure("protocol_error", f"children not created: {error}"),
-                                  published=False)
-            else:
-                if created:
-                    log.info("job %s spawned %d children", marker.key, len(created))
+        """Apply an outcome to a job this manager holds in ``committing``.
+
+        Another manager may be running the same commit (it took the job over on a lease
+        that only looked expired, and renamed the marker first): the apply steps are safe
+        to run twice at once, an apply error fails the job only while this manager still
+        holds the marker, and one that no longer does stops here, leaving the commit to it.
+        """
+        try:
+            self._commit(marker, frame, spec, control, outcome)
+        except LostRace:
+            log.info("job %s: another manager took the commit over; leaving it to that one", marker.key)
+
+    def _commit(self, marker: Marker, frame: Any, spec: Any, control: str, outcome: Outcome) -> None:
+        outcome, applied = apply_outcome(self.store, marker, frame, spec, control, outcome,
+                                         applier=f"{self.id}.g{marker.generation}",
+                                         between=self._commit_checkpoint(marker))
         decision: Decision = decide(outcome, frame, spec, self.ids)
         if applied:
             decision.changes["data_generation"] = frame.data_generation + 1
         if outcome.failure is not None and outcome.failure.code in ("protocol_error", "runner_exit", "runner_error"):
             log.warning("job %s attempt %d: %s", marker.key, frame.total_attempts, outcome.failure.message)
-        self.finish(marker, frame, decision.event, decision.changes, workdir=self._workdir_of(spec, control, marker))
-        log.info("committed %s: %s", marker.key, decision.summary)
+        if self.finish(marker, frame, decision.event, decision.changes,
+                       workdir=self._workdir_of(spec, control, marker)) is not None:
+            log.info("committed %s: %s", marker.key, decision.summary)
+
+    def _commit_checkpoint(self, marker: Marker) -> Callable[[], None]:
+        """Called between a commit's operations and children: heartbeat, and stop once the marker is gone.
+
+        A long commit must not make a live owner look expired; and an owner whose
+        ``committing`` marker was renamed by a manager recovering it has lost the
+        commit, so it stops at the next step instead of racing that manager to the end.
+        """
+        path = self.store.marker_path(marker)
+
+        def checkpoint() -> None:
+            self.heartbeat()
+            if self.fs.lstat(path) is None:
+                raise LostRace(marker)
+
+        return checkpoint
 
     def finish(
         self, marker: Marker, frame: Any, event: Event, changes: dict[str, Any], *, workdir: str | None = None
     ) -> tuple[Marker, Any] | None:
         """One transition, telling a waiting parent first when it makes the job terminal."""
         kind = next_kind(marker.kind, event)
-        note_for_parent(self.fs, self.layout, marker, kind, changes.get("failure", frame.failure),
-                        durable=self.handle.durable, workdir=workdir)
+        failure, notes = changes.get("failure", frame.failure), []
+
+        def tell_parent(new: Marker, _frame: Any) -> None:
+            # Between the frame and the rename: the note names the very marker the rename makes.
+            notes.append(note_for_parent(self.fs, self.layout, marker, new, failure,
+                                         durable=self.handle.durable, workdir=workdir))
+
         try:
-            result = self.store.transition(marker, frame, event, **changes)
+            result = self.store.transition(marker, frame, event, **changes,
+                                           before_rename=tell_parent if kind in TERMINAL_KINDS else None)
         except LostRace:
+            if notes and notes[0] is not None:
+                settle_lost_note(self.store, marker, notes[0])  # this note may have overwritten the winner's
             log.info("job %s: lost the race for %s", marker.key, event.value)
             return None
         if marker.kind in (StateKind.FAILED, StateKind.CANCELLED):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .. import codec
+from ..domain import budgets
 from ..domain.frames import StateFrame
 from ..domain.lifecycle import Event, StateKind
 from ..domain.takeover import (
@@ -201,11 +202,14 @@ class Recovery:
         #: Process groups of published attempts this manager is stopping before it commits them, by job id.
         self._stopping: dict[str, _Stopping] = {}
 
-    def _beat(self, manager_id: str) -> tuple[float | None, float | None]:
-        """(time of the last heartbeat, the lease it declared); ``None`` time when stopped or never."""
+    def _beat(self, manager_id: str, *, fresh: bool = False) -> tuple[float | None, float | None]:
+        """(time of the last heartbeat, the lease it declared); ``None`` time when stopped or never.
+
+        Read at most once a second per owner unless ``fresh``.
+        """
         m = self.m
         cached = self._beats.get(manager_id)
-        if cached is not None and m.clock.monotonic() - cached[0] < 1.0:
+        if not fresh and cached is not None and m.clock.monotonic() - cached[0] < 1.0:
             return cached[1], cached[2]
         beat, lease = read_heartbeat(m.fs, m.layout, manager_id)
         if cached is not None and beat is not None and cached[1] is not None and beat > cached[1]:
@@ -230,13 +234,20 @@ class Recovery:
         owner_id = (frame.owner or {}).get("manager_id")
         if owner_id == m.id or spec is None:
             return None
-        beat = self._beat(str(owner_id))[0] if owner_id else None
-        observation = observe(
-            m.fs, m.proc, view.marker.kind, frame, spec.workdir_mode,
-            this_host=m.host, now=m.clock.now(), beat=beat, default_lease=m.lease,
-            settings=self.settings, owner_seen_alive=str(owner_id) in self._advanced,
-        )
-        return decide_takeover(observation)
+        verdict = None
+        for fresh in (False, True):
+            beat = self._beat(str(owner_id), fresh=fresh)[0] if owner_id else None
+            observation = observe(
+                m.fs, m.proc, view.marker.kind, frame, spec.workdir_mode,
+                this_host=m.host, now=m.clock.now(), beat=beat, default_lease=m.lease,
+                settings=self.settings, owner_seen_alive=str(owner_id) in self._advanced,
+            )
+            verdict = decide_takeover(observation)
+            if not verdict.takes_over or not owner_id:
+                break
+            # A heartbeat read up to a second ago can be older than a short lease by itself: a
+            # takeover is decided on a fresh read.
+        return verdict
 
     def note(self, marker: Marker, verdict: TakeoverVerdict | None) -> None:
         """Record (and log, once per rule) a verdict that changed nothing this pass."""
@@ -299,12 +310,14 @@ class Recovery:
         control = (frame.process or {}).get("control")
         me = m.owner_record()
         if verdict.action == TakeoverAction.RELEASE:
+            # The claim never launched: its attempt is given back to both attempt budgets.
+            given_back = budgets.uncharged(budgets.counters_of(frame))
             changes: dict[str, Any] = {
                 "owner": None,
                 "process": None,
                 "takeover": evidence,
-                "attempt_ordinal": max(frame.attempt_ordinal - 1, 0),
-                "total_attempts": max(frame.total_attempts - 1, 0),
+                "attempt_ordinal": given_back.attempts_in_activation,
+                "total_attempts": given_back.total_attempts,
             }
             return m.finish(marker, frame, Event.LEASE_RECOVERY, changes) is not None
         if marker.kind == StateKind.RUNNING:

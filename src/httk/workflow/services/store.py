@@ -174,6 +174,7 @@ class Store:
         *,
         origin: StateKind | None = None,
         leave_to: str | None = None,
+        before_rename: Callable[[Marker, StateFrame], None] | None = None,
         **changes: Any,
     ) -> tuple[Marker, StateFrame]:
         """Apply ``event``: append the new frame, then rename the marker onto it.
@@ -183,6 +184,8 @@ class Store:
         A return event (``transfer_rollback``) needs ``origin``, the kind recorded at
         detach; a leaving event (``transfer_retire``) renames the marker into the
         directory ``leave_to`` outside the state tree, still naming its last frame.
+        ``before_rename`` is called with the new marker and frame between the two (a
+        join note names the exact marker the rename will make).
         """
         kind = next_kind(marker.kind, event, origin=origin)
         if (Event(event) in LEAVING_EVENTS) != (leave_to is not None):
@@ -200,6 +203,8 @@ class Store:
         ref = self.writer.append(codec.frame_to_json(frame))
         new_marker = Marker(kind, marker.placement, marker.key, priority, frame.generation, str(ref))
         target = f"{leave_to}/{new_marker.name}" if leave_to is not None else self.marker_path(new_marker)
+        if before_rename is not None:
+            before_rename(new_marker, frame)
         try:
             self.fs.rename(self.marker_path(marker), target, durable=self.config.durable)
         except FileNotFoundError:

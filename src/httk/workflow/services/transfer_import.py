@@ -69,7 +69,7 @@ class DestinationSide:
         self, jobs: Sequence[Mapping[str, Any]] = (), runners: Sequence[Mapping[str, Any]] = ()
     ) -> dict[str, Any]:
         """This workspace's identity and settings, and the first reason it could not take ``jobs`` (read only)."""
-        problems = self._job_problems(jobs) + self._runner_problems(runners, jobs)
+        problems = self.job_problems(jobs) + self._runner_problems(runners, jobs)
         return {
             "workspace_id": self.handle.workspace_id,
             "root": self.handle.root,
@@ -78,7 +78,11 @@ class DestinationSide:
             "problems": problems,
         }
 
-    def _job_problems(self, jobs: Sequence[Mapping[str, Any]], bundle: str | None = None) -> list[str]:
+    def job_problems(self, jobs: Sequence[Mapping[str, Any]], bundle: str | None = None) -> list[str]:
+        """Why this workspace cannot take ``jobs`` (held here already, a job id taken, a name clash); empty: it can.
+
+        Asked by the probe and again by the import, from ``bundle``'s parent records.
+        """
         if not jobs:
             return []
         held: dict[str, Marker] = {}
@@ -240,7 +244,7 @@ class DestinationSide:
         bundle = ledger.bundle_dir
         manifest = bundles.read_manifest(self.fs, bundle, manifest_sha256)
         jobs, runners = manifest["jobs"], manifest["runners"]
-        problems = self._job_problems(jobs, bundle) + self._runner_problems(runners, jobs)
+        problems = self.job_problems(jobs, bundle) + self._runner_problems(runners, jobs)
         if problems:
             raise TransferError(f"{problems[0]}; transfer {transfer_id} is rolled back: nothing moved")
         for runner in runners:

@@ -11,6 +11,7 @@ a manager restart. Spec: 001 "Gathering them"; 000 "Unresolvable join children".
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import codec
@@ -21,10 +22,10 @@ from ..domain.lifecycle import Event, StateKind
 from ..domain.model import Failure, JoinSpec, ValidationError
 from ..ports import Filesystem
 from ..protocol import parse_job_bytes
-from .commit import new_activation, read_notes
+from .commit import checked_note, new_activation, read_notes
 from .layout import Layout
 from .markers import Marker
-from .store import JobDamage
+from .store import JobDamage, Store
 
 if TYPE_CHECKING:
     from .manager import Manager
@@ -36,13 +37,17 @@ log = logging.getLogger("httk.workflow.manager")
 ACTIVE_CHILD = StateKind.SUBMITTED
 
 
-def child_kinds(fs: Filesystem, layout: Layout, frame: StateFrame) -> dict[str, StateKind | None]:
+def child_kinds(
+    fs: Filesystem, layout: Layout, frame: StateFrame, notes: Mapping[str, dict[str, Any]] | None = None
+) -> dict[str, StateKind | None]:
     """Each join child's kind by label: its terminal note's kind, ``ACTIVE_CHILD``, or ``None`` (unresolvable).
 
     The one classification of join children: the waiting pass decides from it and ``job why`` reports it.
+    ``notes`` are the children's notes when already read (and checked, :func:`checked_notes`).
     """
     join = frame.join or {}
-    notes = read_notes(fs, layout, frame.job_id)
+    if notes is None:
+        notes = read_notes(fs, layout, frame.job_id)
     kinds: dict[str, StateKind | None] = {}
     for child in join.get("children", []):
         note = notes.get(child["job_id"])
@@ -55,8 +60,30 @@ def child_kinds(fs: Filesystem, layout: Layout, frame: StateFrame) -> dict[str, 
     return kinds
 
 
+def checked_notes(store: Store, frame: StateFrame, notes: Mapping[str, dict[str, Any]], *,
+                  repair: bool) -> dict[str, dict[str, Any]]:
+    """The notes of a join's children that match each child's actual terminal marker (:func:`.commit.checked_note`).
+
+    A note whose rename lost or never came is replaced by what the child's marker
+    says (and, with ``repair``, rewritten or removed). Costs one name per noted child,
+    so it is called only when a decision is about to rest on the notes.
+    """
+    checked: dict[str, dict[str, Any]] = {}
+    directory = f"{store.layout.control}/joins/{frame.job_id}"
+    for child in (frame.join or {}).get("children", []):
+        note = notes.get(child["job_id"])
+        if note is None:
+            continue
+        note = checked_note(store, child["placement"], child["job_key"], note,
+                            f"{directory}/{child['job_id']}.json", repair=repair)
+        if note is not None:
+            checked[child["job_id"]] = note
+    return checked
+
+
 def join_decision(
-    fs: Filesystem, layout: Layout, frame: StateFrame, *, now: float, grace_seconds: float
+    fs: Filesystem, layout: Layout, frame: StateFrame, *, now: float, grace_seconds: float,
+    notes: Mapping[str, dict[str, Any]] | None = None,
 ) -> JoinDecision:
     """The domain's decision for a waiting job's recorded join; raises ``ValidationError`` for a bad join."""
     join = frame.join or {}
@@ -69,7 +96,7 @@ def join_decision(
     )
     return resolve_join(
         spec_join,
-        child_kinds(fs, layout, frame),
+        child_kinds(fs, layout, frame, notes),
         first_unresolved_at=join.get("first_unresolved_at"),
         now=now,
         grace_seconds=grace_seconds,
@@ -95,8 +122,15 @@ class WaitingPass:
         if not join or spec is None or not m.owned_by_me(marker):
             return False
         try:
+            notes = read_notes(m.fs, m.layout, frame.job_id)
             decision = join_decision(m.fs, m.layout, frame, now=m.clock.now(),
-                                     grace_seconds=m.config.join_grace_seconds)
+                                     grace_seconds=m.config.join_grace_seconds, notes=notes)
+            if decision.action != JoinAction.WAIT:
+                # The notes are consumed now: each must match its child's terminal marker (a note
+                # whose rename lost must not fail a parent whose children all succeeded).
+                decision = join_decision(m.fs, m.layout, frame, now=m.clock.now(),
+                                         grace_seconds=m.config.join_grace_seconds,
+                                         notes=checked_notes(m.store, frame, notes, repair=True))
         except (ValidationError, KeyError) as error:
             # A join recorded before its rule was checked at commit: report it, never crash the pass.
             m.refuse(marker, f"its recorded join is invalid: {error}")

@@ -6,6 +6,12 @@ adapters. The in-memory filesystem is honest about POSIX: renames are atomic and
 fenced, a name or a byte survives :meth:`InMemoryFilesystem.crash` only if it
 was fsynced, and a lagging reader does not see a name before its lag elapsed and
 still sees an unlinked name or a file's older size within its stale window.
+
+With :class:`FakeProcessControl` a whole manager runs in memory:
+:func:`memory_workspace` submits jobs into a fresh in-memory workspace,
+:func:`memory_manager` builds a manager on it whose runners are behaviours, and
+:func:`scripted_runner` is a behaviour that publishes the outcome tree a script
+returns for each launch (:func:`outcome_document` builds ``outcome.json``).
 """
 
 from __future__ import annotations
@@ -13,20 +19,38 @@ from __future__ import annotations
 from ..services.workspaces import Ports
 from .clock import FakeClock
 from .ids import SequentialIds
+from .manager import (
+    LAUNCH_SETTINGS,
+    MEMORY_ROOT,
+    MemoryWorkspace,
+    memory_manager,
+    memory_workspace,
+    outcome_document,
+    scripted_runner,
+    write_tree,
+)
 from .memory_fs import InMemoryFilesystem, SimulatedCrash, SimulatedHang
 from .process import FakeProcess, FakeProcessControl, Launch
 
 __all__ = [
+    "LAUNCH_SETTINGS",
+    "MEMORY_ROOT",
     "FakeClock",
     "FakeProcess",
     "FakeProcessControl",
     "InMemoryFilesystem",
     "Launch",
+    "MemoryWorkspace",
     "Ports",
     "SequentialIds",
     "SimulatedCrash",
     "SimulatedHang",
+    "memory_manager",
     "memory_ports",
+    "memory_workspace",
+    "outcome_document",
+    "scripted_runner",
+    "write_tree",
 ]
 
 

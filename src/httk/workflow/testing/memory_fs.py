@@ -16,6 +16,7 @@ import contextlib
 import errno
 import functools
 import posixpath
+import shutil
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -582,7 +583,7 @@ class InMemoryFilesystem:
         self._ensure_dir(directory, durable=durable)
         temp = posixpath.join(directory, f".{name}.tmp.{next(self._state.tokens):016x}")
         try:
-            self._copy(node, temp)
+            self._copy(node, temp, source)
             if durable:
                 self.sync_tree(temp)
             self._rename_raw(temp, destination, replace=False)
@@ -593,8 +594,12 @@ class InMemoryFilesystem:
         if durable:
             self._fsync_dir_inode(self._directory(directory))
 
-    def _copy(self, node: _Inode, path: str) -> None:
-        if node.kind in (_LINK, _FIFO):
+    def _copy(self, node: _Inode, path: str, source: str, top: bool = True) -> None:
+        if node.kind == _FIFO:
+            # As shutil.copy2 (a file) and copytree (inside a tree) refuse it: never opened, never copied.
+            problem = f"`{source}` is a named pipe"
+            raise shutil.SpecialFileError(problem) if top else shutil.Error([(source, path, problem)])
+        if node.kind == _LINK:
             self._new_entry(path, node.kind, "create", node.mode, node.target)
             return
         if node.kind == _FILE:
@@ -603,7 +608,8 @@ class InMemoryFilesystem:
         else:
             copy = self._mkdir(path)
             for name, number in list(node.entries.items()):
-                self._copy(self._state.inodes[number], posixpath.join(path, name))
+                self._copy(self._state.inodes[number], posixpath.join(path, name), posixpath.join(source, name),
+                           False)
         copy.mode, copy.mtime = node.mode, node.mtime  # as shutil.copy2 / copytree keep them
 
     def sync_tree(self, path: str) -> None:

@@ -1,16 +1,19 @@
 """A hand-built attempt on disk, laid out exactly as docs/workflow_filesystem_api.md says a manager does.
 
-``make_attempt`` writes a payload (via ``prepare_job_payload``), a control
-directory with ``context.json`` and a workdir below a temporary workspace, and
-sets the ``HTTK_WORKFLOW_*`` variables, so ``Runner.main`` runs in-process as if
-launched by a manager. ``FakeAttempt.next`` lays out the following attempt of
-the same job (same payload and persistent workdir, new control directory).
+:func:`attempt_factory` (the ``make_attempt`` fixture of tests/conftest.py) writes a
+payload (via ``prepare_job_payload``), a control directory with ``context.json``
+and a workdir below a temporary workspace, and sets the ``HTTK_WORKFLOW_*``
+variables, so ``Runner.main`` and the Bash SDK run as if launched by a manager.
+``FakeAttempt.next`` lays out the following attempt of the same job (same payload
+and persistent workdir, new control directory). Shared by the Python SDK tests
+(tests/sdk) and the Bash SDK tests (tests/shell); imported by name.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,15 +176,11 @@ class FakeAttempt:
         }
 
 
-@pytest.fixture(name="workspace_spec")
-def workspace_spec_fixture() -> Any:
-    """The :func:`workspace_spec` factory, for tests (conftest is not importable by name)."""
-    return workspace_spec
+def attempt_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeAttempt]:
+    """``make(step, spec=..., children=..., settings=...)`` -> :class:`FakeAttempt`, below ``tmp_path/ws``.
 
-
-@pytest.fixture
-def make_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``make_attempt(step, spec=..., children=..., settings=...)`` -> :class:`FakeAttempt`."""
+    Clears the ``HTTK_WORKFLOW_*`` variables of :data:`ENV_VARS` first (``monkeypatch`` restores them).
+    """
 
     def make(
         step: str = "start",
