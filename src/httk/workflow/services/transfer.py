@@ -17,7 +17,7 @@ JSON-able values, because the same calls reach a remote workspace's own httk
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import codec
@@ -30,9 +30,8 @@ from .inspection import SelectorError, job_log, resolve_job
 from .markers import Marker
 from .runners import object_path
 from .store import JobDamage, LostRace
-from .transfer_ledger import ROLLED_BACK, SOURCE, Ledger, LedgerError, iter_ledgers
+from .transfer_ledger import ROLLED_BACK, SOURCE, Ledger, LedgerError, TransferSide, iter_ledgers
 from .workflows import WORKFLOW_FILE
-from .workspaces import WorkspaceHandle
 
 #: What ``transfer SRC DST`` selects without --job or --kind: the jobs that will not run on their own.
 STOPPED_KINDS = (StateKind.PAUSED, StateKind.SUCCEEDED, StateKind.FAILED, StateKind.CANCELLED)
@@ -68,22 +67,10 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-class SourceSide:
-    """The source workspace of a transfer; ``label`` is how the user named it (for messages)."""
+class SourceSide(TransferSide):
+    """The source workspace of a transfer."""
 
-    def __init__(
-        self, handle: WorkspaceHandle, label: str, *, on_record: Callable[[str, str], None] | None = None
-    ) -> None:
-        self.handle = handle
-        self.fs = handle.fs
-        self.store = handle.store
-        self.layout = handle.layout
-        self.label = label
-        self._on_record = on_record
-
-    def ledger(self, transfer_id: str) -> Ledger:
-        return Ledger(self.fs, self.layout, transfer_id, SOURCE, durable=self.handle.durable,
-                      clock=self.handle.ports.clock, on_record=self._on_record)
+    role = SOURCE
 
     # -- reading -------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:

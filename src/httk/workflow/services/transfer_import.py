@@ -18,7 +18,7 @@ Spec: 000 "Running on a remote", "Share one runner between many jobs".
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -35,30 +35,17 @@ from .markers import Marker
 from .runners import object_path
 from .submission import SubmissionError, check_path_lengths, job_paths
 from .transfer import TransferError, transfer_note
-from .transfer_ledger import DESTINATION, ROLLED_BACK, Ledger
-from .workspaces import WorkspaceHandle
+from .transfer_ledger import DESTINATION, ROLLED_BACK, Ledger, TransferSide
 
 #: Runner names a package owns: ``job new`` republishes them per package version, so a destination
 #: keeps its own name and gains the pinned object instead of refusing the transfer.
 PACKAGE_RUNNER_PREFIX = "shipped/"
 
 
-class DestinationSide:
-    """The destination workspace of a transfer; ``label`` is how the user named it (for messages)."""
+class DestinationSide(TransferSide):
+    """The destination workspace of a transfer."""
 
-    def __init__(
-        self, handle: WorkspaceHandle, label: str, *, on_record: Callable[[str, str], None] | None = None
-    ) -> None:
-        self.handle = handle
-        self.fs = handle.fs
-        self.store = handle.store
-        self.layout = handle.layout
-        self.label = label
-        self._on_record = on_record
-
-    def ledger(self, transfer_id: str) -> Ledger:
-        return Ledger(self.fs, self.layout, transfer_id, DESTINATION, durable=self.handle.durable,
-                      clock=self.handle.ports.clock, on_record=self._on_record)
+    role = DESTINATION
 
     @property
     def incoming(self) -> str:

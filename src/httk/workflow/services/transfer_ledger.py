@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import codec
 from ..domain.lifecycle import LEAVING_EVENTS, Event
 from ..ports import Clock, Filesystem
 from .layout import Layout
+
+if TYPE_CHECKING:
+    from .workspaces import WorkspaceHandle
 
 LEDGER_FORMAT = "httk-workflow-transfer-ledger"
 STEP_FORMAT = "httk-workflow-transfer-step"
@@ -259,3 +262,23 @@ def held_by_transfer(fs: Filesystem, layout: Layout, frame: Mapping[str, Any] | 
     except (OSError, codec.DocumentError):
         return True
     return final.get("step") != "acknowledged"
+
+
+class TransferSide:
+    """One workspace of a transfer in one ``role``; ``label`` is how the user named it (for messages)."""
+
+    role: str
+
+    def __init__(
+        self, handle: WorkspaceHandle, label: str, *, on_record: Callable[[str, str], None] | None = None
+    ) -> None:
+        self.handle = handle
+        self.fs = handle.fs
+        self.store = handle.store
+        self.layout = handle.layout
+        self.label = label
+        self._on_record = on_record
+
+    def ledger(self, transfer_id: str) -> Ledger:
+        return Ledger(self.fs, self.layout, transfer_id, self.role, durable=self.handle.durable,
+                      clock=self.handle.ports.clock, on_record=self._on_record)
