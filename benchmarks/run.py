@@ -18,8 +18,8 @@ from pathlib import Path
 from httk.workflow import JobSpec, prepare_job_payload
 from httk.workflow.bootstrap import build_manager, default_container
 from httk.workflow.domain.lifecycle import Event, StateKind
-from httk.workflow.services.discovery import Discovery
-from httk.workflow.services.manager import ManagerConfig
+from httk.workflow.engine.manager import ManagerConfig
+from httk.workflow.store.discovery import Discovery
 from httk.workflow.workspace import Workspace
 
 SUCCEED = (

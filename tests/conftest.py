@@ -17,7 +17,9 @@ that escaped the isolation (say, by deleting ``XDG_DATA_HOME`` and falling back 
 The fixtures every folder shares live here too, built from the top-level support
 modules (imported by name; no conftest is ever imported): ``cli``, the in-process
 command line of :mod:`cli_support`, and ``make_attempt`` / ``workspace_spec``, the
-hand-built attempt of :mod:`attempt_support` the Python and Bash SDK tests run in.
+hand-built attempt of :mod:`attempt_support` the Python and Bash SDK tests run in,
+and ``ports`` / ``handle``, a workspace on the in-memory ports for the store, engine and
+operations tests (:mod:`memory_support`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ import pytest
 
 import attempt_support
 from cli_support import Cli
+from httk.workflow.store.workspaces import Ports, WorkspaceHandle, WorkspaceService
+from httk.workflow.testing import memory_ports
+from memory_support import ROOT
 
 XDG_HOMES = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 #: Below the data home's ``httk-workflow/`` a snapshot goes this deep: the registry, the
@@ -162,3 +167,15 @@ def workspace_spec_fixture() -> Any:
 def make_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """``make_attempt(step, spec=..., children=..., settings=...)`` -> :class:`attempt_support.FakeAttempt`."""
     return attempt_support.attempt_factory(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def ports() -> Ports:
+    """The in-memory ports (filesystem, clock, ids, processes) of one test."""
+    return memory_ports()
+
+
+@pytest.fixture
+def handle(ports: Ports) -> WorkspaceHandle:
+    """A workspace initialised at :data:`memory_support.ROOT` on ``ports``."""
+    return WorkspaceService(ports).init(ROOT)

@@ -22,10 +22,10 @@ import pytest
 
 from httk.workflow import runtime_utils
 from httk.workflow.bootstrap import build_manager, default_container
+from httk.workflow.engine.manager import ManagerConfig
+from httk.workflow.operations import inspection
 from httk.workflow.runtime import Children, ChildResult, JobState
 from httk.workflow.sdk import Attempt, Runner
-from httk.workflow.services import inspection
-from httk.workflow.services.manager import ManagerConfig
 from httk.workflow.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]

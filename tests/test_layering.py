@@ -1,7 +1,9 @@
 """The hexagon as a test: an ``ast`` import scan of ``src/httk/workflow``.
 
 - ``domain/`` is pure: stdlib modules without I/O, plus attrs, plus itself.
-- ``services/`` never imports adapters, the CLI, the composition root, or I/O modules.
+- ``store/``, ``engine/`` and ``operations/`` never import adapters, the CLI, the composition
+  root, or I/O modules; ``store/`` imports neither ``engine/`` nor ``operations/``, and
+  ``engine/`` does not import ``operations/`` (the rooms depend inward only).
 - ``dependency_injector`` appears only in ``bootstrap``, ``cli/`` and ``testing``.
 - ``time``, ``subprocess`` and ``socket`` appear only in adapters (and the CLI); a runner-side
   module may import ``subprocess`` only where it starts the program a step asked for.
@@ -93,11 +95,13 @@ def _ids() -> list[str]:
 
 def test_scan_sees_the_package() -> None:
     names = _ids()
-    assert "domain.lifecycle" in names and "services.store" in names and "bootstrap" in names
+    assert {"domain.lifecycle", "store.store", "engine.manager", "operations.fsck", "bootstrap"} <= set(names)
 
 
 DOMAIN = [item for item in ALL if item[0].startswith("domain.")]
-SERVICES = [item for item in ALL if item[0].startswith("services.")]
+SERVICES = [item for item in ALL if item[0].startswith(("store.", "engine.", "operations."))]
+#: What each room may not import: the rooms depend inward (operations -> engine -> store -> domain).
+OUTWARD = {"store": ("engine", "operations"), "engine": ("operations",), "operations": ()}
 
 
 @pytest.mark.parametrize(("name", "path"), DOMAIN, ids=lambda v: str(v))
@@ -118,6 +122,8 @@ def test_services_use_ports_only(name: str, path: Path) -> None:
         assert not module.startswith("httk.workflow.cli"), f"{name} imports the CLI {module}"
         assert module != "httk.workflow.bootstrap", f"{name} imports the composition root"
         assert module.split(".")[0] not in IO_MODULES - {"logging"}, f"{name} imports the I/O module {module}"
+        for room in OUTWARD[name.split(".")[0]]:
+            assert not module.startswith(f"httk.workflow.{room}"), f"{name} imports {module}: {room}/ is an outer room"
 
 
 @pytest.mark.parametrize(("name", "path"), ALL, ids=lambda v: str(v))
@@ -173,7 +179,7 @@ def test_the_runner_side_lists_name_real_modules() -> None:
 def test_the_layering_scan_can_fail(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import os\nfrom ..adapters import fs_posix\n", encoding="utf-8")
-    found = imports_of(bad, "services.bad")
+    found = imports_of(bad, "store.bad")
     assert "os" in found and "httk.workflow.adapters" in found
 
 
@@ -264,12 +270,12 @@ def test_every_public_domain_function_has_a_production_caller() -> None:
 def test_the_transitions_rule_can_fail() -> None:
     sources = {
         "domain.requests": "from .lifecycle import TRANSITIONS\n",
-        "services.requests": "from ..domain.lifecycle import TRANSITIONS, Event\n",
+        "engine.requests": "from ..domain.lifecycle import TRANSITIONS, Event\n",
         "cli.job_cmds": (
             "from httk.workflow.domain import lifecycle\n\nok = lifecycle.next_kind\nbad = lifecycle.TRANSITIONS\n"
         ),
     }
-    assert transitions_readers(sources) == ["services.requests:1", "cli.job_cmds:4"]
+    assert transitions_readers(sources) == ["engine.requests:1", "cli.job_cmds:4"]
 
 
 def test_the_caller_rule_can_fail() -> None:
@@ -280,7 +286,7 @@ def test_the_caller_rule_can_fail() -> None:
             "def tested_only():\n    return 3\n\n\ndef by_attribute():\n    return 4\n\n\n"
             "def self_only():\n    return self_only()\n\n\ndef _private():\n    return 5\n"
         ),
-        "services.user": "from ..domain.rules import used\nfrom ..domain import rules as r\n\nr.by_attribute()\n",
+        "engine.user": "from ..domain.rules import used\nfrom ..domain import rules as r\n\nr.by_attribute()\n",
         "testing.doubles": "from ..domain.rules import tested_only\n",
     }
     assert uncalled_domain_functions(sources) == [

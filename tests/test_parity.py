@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from httk.workflow.bootstrap import build_manager, default_container
+from httk.workflow.engine.manager import ManagerConfig
+from httk.workflow.operations import inspection
 from httk.workflow.protocol import JobSpec, prepare_job_payload
-from httk.workflow.services import inspection
-from httk.workflow.services.manager import ManagerConfig
 from httk.workflow.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]

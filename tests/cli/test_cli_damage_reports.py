@@ -10,7 +10,7 @@ import pytest
 
 from httk.workflow.bootstrap import Container
 from httk.workflow.domain.lifecycle import Event
-from httk.workflow.services.journal import RecordRef, segment_path
+from httk.workflow.store.journal import RecordRef, segment_path
 
 
 def tree(path: str | Path) -> dict[str, bytes | None]:

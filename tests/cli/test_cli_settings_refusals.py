@@ -20,7 +20,7 @@ from httk.workflow.adapters.batch import slurm
 from httk.workflow.bootstrap import default_container
 from httk.workflow.ports import BatchSystemError
 from httk.workflow.protocol import JobSpec
-from httk.workflow.services.policy import PolicyError
+from httk.workflow.store.policy import PolicyError
 from httk.workflow.workspace import Workspace
 
 

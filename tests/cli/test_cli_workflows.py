@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from httk.workflow.services.workflows import Catalog
-from httk.workflow.services.workflows import new_job as create
+from httk.workflow.operations.workflows import Catalog
+from httk.workflow.operations.workflows import new_job as create
 from httk.workflow.testing import mock_vasp
 from httk.workflow.workflows import SHIPPED_WORKFLOWS
 from httk.workflow.workspace import Workspace

@@ -10,8 +10,8 @@ from pathlib import Path
 from e2e_support import EXAMPLE
 
 from httk.workflow.bootstrap import build_manager, default_container
-from httk.workflow.services import inspection
-from httk.workflow.services.manager import ManagerConfig
+from httk.workflow.engine.manager import ManagerConfig
+from httk.workflow.operations import inspection
 from httk.workflow.workspace import Workspace
 
 

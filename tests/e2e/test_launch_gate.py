@@ -11,7 +11,7 @@ from pathlib import Path
 from httk.workflow import JobSpec, prepare_job_payload
 from httk.workflow.bootstrap import build_manager, default_container
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.services.manager import ManagerConfig
+from httk.workflow.engine.manager import ManagerConfig
 from httk.workflow.workspace import Workspace
 
 # A manager whose process-control port dies (like kill -9) right after the gated launch,
@@ -21,7 +21,7 @@ DYING_MANAGER = textwrap.dedent(
     import os, sys
     from httk.workflow.adapters.process import LocalProcessControl
     from httk.workflow.bootstrap import Container, build_manager
-    from httk.workflow.services.manager import ManagerConfig
+    from httk.workflow.engine.manager import ManagerConfig
     from httk.workflow.workspace import Workspace
     from dependency_injector import providers
 

@@ -188,8 +188,8 @@ def test_a_payload_runner_owned_by_another_account_is_never_executed(tmp_path):
 )
 def test_the_shared_resolution_refuses_another_accounts_runner(layout_case, wording):
     """The rule itself, on the in-memory filesystem, so it is exercised without root."""
-    from httk.workflow.services.layout import Layout
-    from httk.workflow.services.runners import RunnerUnavailable, resolve_runner
+    from httk.workflow.store.layout import Layout
+    from httk.workflow.store.runners import RunnerUnavailable, resolve_runner
     from httk.workflow.testing import InMemoryFilesystem
 
     fs = InMemoryFilesystem(uid=1000)

@@ -11,7 +11,7 @@ from pathlib import Path
 from httk.workflow import JobSpec, prepare_job_payload
 from httk.workflow.bootstrap import build_manager, default_container
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.services.manager import ManagerConfig
+from httk.workflow.engine.manager import ManagerConfig
 from httk.workflow.workspace import Workspace
 
 RUNNER = textwrap.dedent(
@@ -42,8 +42,8 @@ DYING_MANAGER = textwrap.dedent(
     from dependency_injector import providers
     from httk.workflow.adapters.fs_posix import PosixFilesystem
     from httk.workflow.bootstrap import Container, build_manager
-    from httk.workflow.services.manager import ManagerConfig
-    from httk.workflow.services.workspaces import WorkspaceService
+    from httk.workflow.engine.manager import ManagerConfig
+    from httk.workflow.store.workspaces import WorkspaceService
 
     class DiesInSecondOperation(PosixFilesystem):
         def copy_tree(self, source, destination, *, durable):

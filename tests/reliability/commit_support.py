@@ -7,11 +7,11 @@ from typing import Any
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
+from httk.workflow.engine.attempts import LaunchSettings
+from httk.workflow.engine.manager import Manager, ManagerConfig
+from httk.workflow.operations.submission import submit
 from httk.workflow.protocol import JobSpec
-from httk.workflow.services.attempts import LaunchSettings
-from httk.workflow.services.manager import Manager, ManagerConfig
-from httk.workflow.services.submission import submit
-from httk.workflow.services.workspaces import WorkspaceService
+from httk.workflow.store.workspaces import WorkspaceService
 from httk.workflow.testing import FakeProcessControl, SimulatedCrash, memory_ports
 
 ROOT = "/ws"
@@ -109,6 +109,6 @@ def markers_of(handle, job_id: str) -> list[Any]:
 
 
 def fsck_problems(handle) -> list[Any]:
-    from httk.workflow.services.fsck import Fsck
+    from httk.workflow.operations.fsck import Fsck
 
     return Fsck(handle).run()["problems"]

@@ -31,14 +31,14 @@ from httk.workflow.bootstrap import Container
 from httk.workflow.cli.context import AppContext
 from httk.workflow.cli.main import httk
 from httk.workflow.domain.lifecycle import StateKind
+from httk.workflow.engine.attempts import LaunchSettings
+from httk.workflow.engine.manager import Manager, ManagerConfig
+from httk.workflow.operations.submission import submit
 from httk.workflow.ports import DOCUMENT_LIMIT
 from httk.workflow.protocol import JobSpec
-from httk.workflow.services.attempts import LaunchSettings
-from httk.workflow.services.journal import SEGMENT_HEADER
-from httk.workflow.services.manager import Manager, ManagerConfig
-from httk.workflow.services.markers import Marker
-from httk.workflow.services.submission import submit
-from httk.workflow.services.workspaces import Ports, WorkspaceService
+from httk.workflow.store.journal import SEGMENT_HEADER
+from httk.workflow.store.markers import Marker
+from httk.workflow.store.workspaces import Ports, WorkspaceService
 from httk.workflow.testing import FakeClock, FakeProcessControl, SequentialIds, memory_ports
 
 SETTINGS = LaunchSettings(python="/usr/bin/python3", shell_lib="/lib/httk-workflow.sh", base_env={"PATH": "/bin"})

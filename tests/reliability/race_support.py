@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from httk.workflow.services.workspaces import Ports
+from httk.workflow.store.workspaces import Ports
 from httk.workflow.testing import InMemoryFilesystem
 
 #: Calls enough for "the rest" of any actor here.

@@ -21,12 +21,12 @@ from race_support import REST, Turnstile, actor_ports
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import Event, StateKind
-from httk.workflow.services.children import plan_children
-from httk.workflow.services.manager import Manager, ManagerConfig
-from httk.workflow.services.outcomes import read_outcome
-from httk.workflow.services.store import LostRace
-from httk.workflow.services.transactions import apply_transaction
-from httk.workflow.services.workspaces import WorkspaceService
+from httk.workflow.engine.children import plan_children
+from httk.workflow.engine.manager import Manager, ManagerConfig
+from httk.workflow.engine.outcome_reader import read_outcome
+from httk.workflow.store.store import LostRace
+from httk.workflow.store.transactions import apply_transaction
+from httk.workflow.store.workspaces import WorkspaceService
 from httk.workflow.testing import FakeProcessControl
 
 # -- the transaction apply ----------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from commit_support import add_job, manager, markers_of, publisher, workspace
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.services.requests import publish_request
-from httk.workflow.services.summary import summarize
+from httk.workflow.engine.requests import publish_request
+from httk.workflow.engine.summary import summarize
 
 
 class _Signer:

@@ -20,17 +20,17 @@ import pytest
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.domain.model import ValidationError, check_join_condition
+from httk.workflow.engine.attempts import LaunchSettings
+from httk.workflow.engine.manager import Manager, ManagerConfig
+from httk.workflow.engine.outcome_reader import read_outcome
+from httk.workflow.engine.summary import summarize
+from httk.workflow.operations.submission import submit
 from httk.workflow.protocol import JobSpec
-from httk.workflow.services import journal as journal_module
-from httk.workflow.services.attempts import LaunchSettings
-from httk.workflow.services.journal import FrameDamage, JournalReader, JournalWriter, RecordRef
-from httk.workflow.services.manager import Manager, ManagerConfig
-from httk.workflow.services.markers import Marker, MarkerNameError
-from httk.workflow.services.outcomes import read_outcome
-from httk.workflow.services.store import JobDamage
-from httk.workflow.services.submission import submit
-from httk.workflow.services.summary import summarize
-from httk.workflow.services.workspaces import WorkspaceService
+from httk.workflow.store import journal as journal_module
+from httk.workflow.store.journal import FrameDamage, JournalReader, JournalWriter, RecordRef
+from httk.workflow.store.markers import Marker, MarkerNameError
+from httk.workflow.store.store import JobDamage
+from httk.workflow.store.workspaces import WorkspaceService
 from httk.workflow.testing import FakeProcessControl, InMemoryFilesystem, memory_ports
 
 ROOT = "/ws"

@@ -18,13 +18,13 @@ import pytest
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import Event, StateKind
+from httk.workflow.engine.attempts import LaunchSettings
+from httk.workflow.engine.manager import Manager, ManagerConfig
+from httk.workflow.operations.fsck import Fsck
+from httk.workflow.operations.submission import submit
 from httk.workflow.protocol import JobSpec
-from httk.workflow.services.attempts import LaunchSettings
-from httk.workflow.services.fsck import Fsck
-from httk.workflow.services.manager import Manager, ManagerConfig
-from httk.workflow.services.markers import Marker
-from httk.workflow.services.submission import submit
-from httk.workflow.services.workspaces import Ports, WorkspaceHandle, WorkspaceService
+from httk.workflow.store.markers import Marker
+from httk.workflow.store.workspaces import Ports, WorkspaceHandle, WorkspaceService
 from httk.workflow.testing import FakeProcessControl, memory_ports
 
 ROOT = "/ws"

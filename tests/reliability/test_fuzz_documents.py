@@ -55,14 +55,14 @@ from reliability_support import (
 )
 
 from httk.workflow import codec
+from httk.workflow.engine.manager import TICK_ORDER
+from httk.workflow.engine.requests import publish_request
+from httk.workflow.operations.submission import submit
 from httk.workflow.protocol import JobSpec, parse_job_bytes
 from httk.workflow.runtime import AttemptContext
-from httk.workflow.services.manager import TICK_ORDER
-from httk.workflow.services.markers import Marker, MarkerNameError
-from httk.workflow.services.requests import publish_request
-from httk.workflow.services.store import JobDamage
-from httk.workflow.services.submission import submit
-from httk.workflow.services.workspaces import WorkspaceService
+from httk.workflow.store.markers import Marker, MarkerNameError
+from httk.workflow.store.store import JobDamage
+from httk.workflow.store.workspaces import WorkspaceService
 
 pytestmark = pytest.mark.soak  # the campaign: ``-m soak`` selects it, HTTK_RELIABILITY_PROFILE sizes it
 

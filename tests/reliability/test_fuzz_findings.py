@@ -32,10 +32,10 @@ from reliability_support import Raw, Special, mutate_document, render
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
+from httk.workflow.engine.requests import publish_request
 from httk.workflow.protocol import JobSpec
-from httk.workflow.services.requests import publish_request
-from httk.workflow.services.store import JobDamage
-from httk.workflow.services.workspaces import WorkspaceError, WorkspaceService
+from httk.workflow.store.store import JobDamage
+from httk.workflow.store.workspaces import WorkspaceError, WorkspaceService
 
 
 @pytest.mark.parametrize("text, words", [

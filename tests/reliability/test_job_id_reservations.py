@@ -27,10 +27,10 @@ from commit_support import (
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.services.fsck import Fsck
-from httk.workflow.services.gc import GarbageCollector
-from httk.workflow.services.manager import Manager, ManagerConfig
-from httk.workflow.services.submission import SubmissionError, submit
+from httk.workflow.engine.manager import Manager, ManagerConfig
+from httk.workflow.operations.fsck import Fsck
+from httk.workflow.operations.gc import GarbageCollector
+from httk.workflow.operations.submission import SubmissionError, submit
 from httk.workflow.testing import FakeProcessControl
 
 CHILD_ID = "cccccccc-0000-4000-8000-000000000001"

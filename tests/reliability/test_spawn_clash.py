@@ -28,7 +28,7 @@ from commit_support import (
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.services.submission import submit
+from httk.workflow.operations.submission import submit
 
 CHILD_ID = "cccccccc-0000-4000-8000-000000000001"
 CHILD = f"c--{CHILD_ID}"

@@ -2,7 +2,7 @@
 
 The manager uses it before acting in a tree a runner could have written (an
 outcome, the commit ledger, a job's data); the refusals themselves are tested
-with real managers in tests/operations/test_ops_untrusted_links.py.
+with real managers in tests/managers/test_ops_untrusted_links.py.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from remote_support import HTTK, ROOT
 
 from cli_support import Cli
 from httk.workflow.adapters.fs_posix import PosixFilesystem
-from httk.workflow.services.remotes import RemoteReference, RemoteRegistry, SettingSpec, split_reference
+from httk.workflow.operations.remotes import RemoteReference, RemoteRegistry, SettingSpec, split_reference
 
 TEMPLATES = ROOT / "adapters"
 

@@ -22,9 +22,9 @@ import pytest
 
 from httk.workflow import JobSpec, prepare_job_payload
 from httk.workflow.bootstrap import build_manager, default_container
-from httk.workflow.services import inspection
-from httk.workflow.services.manager import ManagerConfig
-from httk.workflow.services.markers import Marker
+from httk.workflow.engine.manager import ManagerConfig
+from httk.workflow.operations import inspection
+from httk.workflow.store.markers import Marker
 from httk.workflow.workspace import Workspace
 
 #: Prepended to every runner a test writes.

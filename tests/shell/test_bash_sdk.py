@@ -880,7 +880,7 @@ def test_the_guide_shows_the_example_runner_and_its_description(tmp_path):
 
 def test_the_guides_submission_script_drives_the_campaign_through_a_real_manager(tmp_path):
     """The page's publish-prepare-submit-run script, verbatim, with the stand-ins on PATH and site 1 diverging."""
-    from httk.workflow.services import inspection
+    from httk.workflow.operations import inspection
     from httk.workflow.workspace import Workspace
 
     script = guide_blocks("bash")[1]

@@ -26,12 +26,12 @@ from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.process import LocalProcessControl
 from .adapters.transport_local import LocalTransport
+from .engine.attempts import LaunchSettings
+from .engine.manager import Manager, ManagerConfig
+from .operations.gc import GarbageCollector
+from .operations.remotes import Remote, RemoteError
 from .ports import BatchSystem, RemoteTransport, Signer
-from .services.attempts import LaunchSettings
-from .services.gc import GarbageCollector
-from .services.manager import Manager, ManagerConfig
-from .services.remotes import Remote, RemoteError
-from .services.workspaces import Ports, WorkspaceHandle, WorkspaceService
+from .store.workspaces import Ports, WorkspaceHandle, WorkspaceService
 
 #: Entry-point group through which an installed package adds a batch system (ARCHITECTURE.md rule 7).
 BATCH_SYSTEM_ENTRY_POINTS = "httk.workflow.batch_systems"

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .services.markers import Marker
-from .services.runners import publish_runner
-from .services.submission import Submitted, submit
-from .services.workspaces import Ports, WorkspaceHandle, WorkspaceService
+from .operations.submission import Submitted, submit
+from .store.markers import Marker
+from .store.runners import publish_runner
+from .store.workspaces import Ports, WorkspaceHandle, WorkspaceService
 
 
 def _default_ports() -> Ports:

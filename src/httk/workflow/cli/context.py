@@ -15,9 +15,9 @@ import attrs
 import click
 
 from ..bootstrap import Container, default_container
-from ..services.registry import Registry
-from ..services.remotes import split_reference
-from ..services.workspaces import WorkspaceError, WorkspaceHandle, WorkspaceService
+from ..operations.registry import Registry
+from ..operations.remotes import split_reference
+from ..store.workspaces import WorkspaceError, WorkspaceHandle, WorkspaceService
 from .defaults import default_workspace_path, registry_path
 
 

@@ -10,10 +10,10 @@ import os
 import click
 
 from ..bootstrap import build_manager
-from ..services import inspection
-from ..services.debug import DebugError, Debugger
-from ..services.manager import ManagerConfig
-from ..services.submission import submit
+from ..engine.manager import ManagerConfig
+from ..operations import inspection
+from ..operations.debug import DebugError, Debugger
+from ..operations.submission import submit
 from .context import AppContext, pass_app
 from .job_cmds import job, split_workspace
 from .remote_refs import LocalPaths, remote_aware

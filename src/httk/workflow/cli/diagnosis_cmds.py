@@ -10,9 +10,9 @@ import click
 
 from .. import codec
 from ..domain.lifecycle import StateKind
-from ..services import collect as results
-from ..services import diagnosis, inspection
-from ..services import precheck as readiness
+from ..operations import collect as results
+from ..operations import diagnosis, inspection
+from ..operations import precheck as readiness
 from .context import AppContext, pass_app
 from .job_cmds import JSON_OPTION, job, split_workspace
 from .remote_refs import remote_aware

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import click
 
-from ..services.fsck import Fsck
-from ..services.gc import GarbageCollector
+from ..operations.fsck import Fsck
+from ..operations.gc import GarbageCollector
 from .context import AppContext, pass_app
 from .remote_refs import remote_aware
 from .render import emit_json

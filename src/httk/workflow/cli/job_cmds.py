@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from ..domain.lifecycle import StateKind
-from ..services import inspection
-from ..services.submission import submit as submit_payload
+from ..operations import inspection
+from ..operations.submission import submit as submit_payload
 from .context import AppContext, pass_app
 from .remote_refs import LocalPaths, remote_aware
 from .render import (

@@ -124,7 +124,7 @@ def run(app: AppContext, workspace: str | None, **options: Any) -> None:
     """Run a task manager on a workspace until it is idle (or, with --idle, until signalled)."""
     # Imported here: the manager pulls in the whole runtime, which inspection commands do not need.
     from ..bootstrap import build_manager
-    from ..services.manager import ManagerConfig
+    from ..engine.manager import ManagerConfig
 
     handle = app.open_workspace(workspace)
     config = ManagerConfig(

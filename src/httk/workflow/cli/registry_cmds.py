@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import click
 
-from ..services.diagnosis import managers
-from ..services.registry import RegistryError
+from ..operations.diagnosis import managers
+from ..operations.registry import RegistryError
 from .context import AppContext, pass_app
 from .remote_refs import remote_aware
 from .render import EXIT_CODES, emit_json

@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from ..bootstrap import remote_adapters
+from ..operations.remote_staging import ADAPTER_PATH
+from ..operations.remotes import Remote, RemoteError, split_reference
 from ..ports import TransportError
-from ..services.remote_staging import ADAPTER_PATH
-from ..services.remotes import Remote, RemoteError, split_reference
 from .context import AppContext, pass_app
 from .manager_cmds import manager
 from .remote_refs import RemoteSession, open_session, remote_registry

@@ -9,7 +9,7 @@ own httk (the options the user gave, then ``--``, then the arguments with
 its exit status becomes ours. Local files the command names are declared with
 :class:`LocalPaths`; they are uploaded into a private directory there first,
 the command runs in it, and the directory is removed afterwards
-(:mod:`~httk.workflow.services.remote_staging`). One :class:`RemoteSession` is
+(:mod:`~httk.workflow.operations.remote_staging`). One :class:`RemoteSession` is
 one SSH connection for everything a command does. ``run`` instead reads the
 remote workspace's path and settings there, composes a batch script and submits
 it through the remote's batch system. The remote resolves a bare workspace name
@@ -33,9 +33,9 @@ import click
 from click.core import ParameterSource
 
 from ..bootstrap import remote_adapters
+from ..operations.remote_staging import PREPARE, RESOLVE, Upload, launch_argv, remove_argv, staged_name, upload
+from ..operations.remotes import Remote, RemoteError, RemoteReference, RemoteRegistry, split_reference
 from ..ports import BatchSystem, BatchSystemError, CommandResult, RemoteTransport, TransportError
-from ..services.remote_staging import PREPARE, RESOLVE, Upload, launch_argv, remove_argv, staged_name, upload
-from ..services.remotes import Remote, RemoteError, RemoteReference, RemoteRegistry, split_reference
 from .context import AppContext
 
 F = TypeVar("F", bound=Callable[..., Any])

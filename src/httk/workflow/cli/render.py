@@ -19,17 +19,17 @@ import click
 
 from .. import codec
 from ..domain.model import ValidationError
+from ..engine.requests import RequestError
+from ..operations.debug import DebugError
+from ..operations.inspection import SelectorError
+from ..operations.registry import RegistryError
+from ..operations.remotes import RemoteError
+from ..operations.submission import SubmissionError
 from ..ports import BatchSystemError, TransportError
-from ..services.debug import DebugError
-from ..services.inspection import SelectorError
-from ..services.policy import PolicyError
-from ..services.registry import RegistryError
-from ..services.remotes import RemoteError
-from ..services.requests import RequestError
-from ..services.runners import RunnerStoreError
-from ..services.store import JobDamage
-from ..services.submission import SubmissionError
-from ..services.workspaces import WorkspaceError
+from ..store.policy import PolicyError
+from ..store.runners import RunnerStoreError
+from ..store.store import JobDamage
+from ..store.workspaces import WorkspaceError
 
 EXIT_OK = 0
 EXIT_NEEDS_OPERATOR = 1

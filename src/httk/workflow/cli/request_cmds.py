@@ -8,8 +8,8 @@ from __future__ import annotations
 import click
 
 from ..bootstrap import operator_signer
-from ..services import inspection
-from ..services.requests import ACTIONS, publish_request
+from ..engine.requests import ACTIONS, publish_request
+from ..operations import inspection
 from .context import AppContext, pass_app
 from .job_cmds import JSON_OPTION, job, split_workspace
 from .remote_refs import remote_aware

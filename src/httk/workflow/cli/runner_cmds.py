@@ -11,7 +11,7 @@ import os
 
 import click
 
-from ..services.runners import publish_runner
+from ..store.runners import publish_runner
 from .context import AppContext, pass_app
 from .render import EXIT_CODES, Group, emit_json
 

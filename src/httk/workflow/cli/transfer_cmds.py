@@ -25,12 +25,12 @@ from typing import Any
 import click
 
 from ..domain.lifecycle import TRANSFERABLE_KINDS
-from ..services.remotes import split_reference
-from ..services.transfer import SourceSide, TransferError
-from ..services.transfer_flow import Endpoint, LocalEndpoint, RemoteEndpoint, Transfer, dispatch, refusal_text
-from ..services.transfer_import import DestinationSide
-from ..services.transfer_ledger import DESTINATION, ROLES, SOURCE
-from ..services.workspaces import WorkspaceHandle
+from ..operations.remotes import split_reference
+from ..operations.transfer import SourceSide, TransferError
+from ..operations.transfer_flow import Endpoint, LocalEndpoint, RemoteEndpoint, Transfer, dispatch, refusal_text
+from ..operations.transfer_import import DestinationSide
+from ..store.transfer_ledger import DESTINATION, ROLES, SOURCE
+from ..store.workspaces import WorkspaceHandle
 from .context import AppContext, pass_app
 from .remote_refs import RemoteSession, open_session
 from .render import EXIT_REFUSED, emit_json, refuse
@@ -229,7 +229,7 @@ def transfer_remote(app: AppContext, role: str, op: str, workspace: str | None, 
     """Run one step of a transfer here for a client on another machine (internal).
 
     ROLE is source or destination; OP one of the operations of that role (see
-    httk.workflow.services.transfer_flow.OPERATIONS). The request is one JSON object on
+    httk.workflow.operations.transfer_flow.OPERATIONS). The request is one JSON object on
     stdin, the answer one JSON value on stdout; a refusal is one 'error:' line, exit 2.
     """
     text = click.get_text_stream("stdin").read()

@@ -18,9 +18,9 @@ from typing import Any
 import click
 
 from ..bootstrap import shell_library_path
-from ..services.attempts import LaunchSettings
-from ..services.workflows import Catalog, Workflow, WorkflowError, describe, new_job
-from ..services.workspaces import WorkspaceHandle
+from ..engine.attempts import LaunchSettings
+from ..operations.workflows import Catalog, Workflow, WorkflowError, describe, new_job
+from ..store.workspaces import WorkspaceHandle
 from ..workflows import SHIPPED_WORKFLOWS
 from .context import AppContext, pass_app
 from .job_cmds import job

@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from ..services import inspection
-from ..services.layout import Layout
-from ..services.registry import RegistryError
+from ..operations import inspection
+from ..operations.registry import RegistryError
+from ..store.layout import Layout
 from .context import AppContext, pass_app
 from .remote_refs import remote_aware
 from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table, flatten, refuse, value_text

@@ -16,7 +16,7 @@ returns for each launch (:func:`outcome_document` builds ``outcome.json``).
 
 from __future__ import annotations
 
-from ..services.workspaces import Ports
+from ..store.workspaces import Ports
 from .clock import FakeClock
 from .ids import SequentialIds
 from .manager import (

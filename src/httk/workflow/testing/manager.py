@@ -1,7 +1,7 @@
 """A whole manager in memory: submitted jobs, scripted runners, no process and no real time.
 
 :func:`memory_workspace` submits copies of one payload into a fresh in-memory
-workspace; :func:`memory_manager` builds a :class:`~httk.workflow.services.manager.Manager`
+workspace; :func:`memory_manager` builds a :class:`~httk.workflow.engine.manager.Manager`
 on it whose runners are :class:`~.process.FakeProcessControl` behaviours; and
 :func:`scripted_runner` is such a behaviour: it publishes the outcome tree a script
 returns for each launch, the way the SDK does in a durable workspace. A test
@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from .. import codec
+from ..engine.attempts import LaunchSettings
+from ..engine.manager import Manager, ManagerConfig
+from ..operations.submission import submit
 from ..protocol import JobSpec
-from ..services.attempts import LaunchSettings
-from ..services.manager import Manager, ManagerConfig
-from ..services.markers import Marker
-from ..services.submission import submit
-from ..services.workspaces import Ports, WorkspaceHandle, WorkspaceService
+from ..store.markers import Marker
+from ..store.workspaces import Ports, WorkspaceHandle, WorkspaceService
 from .clock import FakeClock
 from .memory_fs import InMemoryFilesystem
 from .process import Behaviour, FakeProcessControl, Launch

@@ -3,7 +3,7 @@
 Every directory here holding a ``workflow.json`` is one shipped workflow: the
 document names it and declares its inputs, settings and job defaults
 (``httk-workflow-workflow`` version 1, see
-:mod:`httk.workflow.services.workflows`), and ``run.py`` beside it is the
+:mod:`httk.workflow.operations.workflows`), and ``run.py`` beside it is the
 runner. ``httk workflow job new`` publishes such a directory into the
 workspace runner store under ``shipped/<name>`` and pins the job to its digest,
 so the runner travels with a transferred job. ``vasp_static/run.py`` is the

@@ -1,0 +1,1 @@
+"""The manager: the tick loop and the passes it runs."""

@@ -1,0 +1,199 @@
+"""The waiting pass: resolve joins from the children's terminal notes.
+
+A parent learns its children's outcomes from ``joins/<parent-id>/`` (written by
+whoever made each child terminal), so evaluating a gather of thousands of
+children is one directory listing and never opens the terminal state trees. A
+child with no note whose payload is gone cannot be resolved here; the first
+instant that is seen is persisted in the parent's frame, so the grace survives
+a manager restart. Spec: 001 "Gathering them"; 000 "Unresolvable join children".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import codec
+from ..domain import budgets
+from ..domain.frames import StateFrame
+from ..domain.joins import JoinAction, JoinDecision, resolve_join
+from ..domain.lifecycle import Event, StateKind
+from ..domain.model import Failure, JoinSpec, ValidationError
+from ..ports import Filesystem
+from ..protocol import parse_job_bytes
+from ..store.layout import Layout
+from ..store.markers import Marker
+from ..store.store import JobDamage, Store
+from .commit import checked_note, new_activation, read_notes
+
+if TYPE_CHECKING:
+    from .manager import Manager
+
+log = logging.getLogger("httk.workflow.manager")
+
+
+#: The stand-in kind of a child that has no terminal note but whose payload exists: somewhere active.
+ACTIVE_CHILD = StateKind.SUBMITTED
+
+
+def child_kinds(
+    fs: Filesystem, layout: Layout, frame: StateFrame, notes: Mapping[str, dict[str, Any]] | None = None
+) -> dict[str, StateKind | None]:
+    """Each join child's kind by label: its terminal note's kind, ``ACTIVE_CHILD``, or ``None`` (unresolvable).
+
+    The one classification of join children: the waiting pass decides from it and ``job why`` reports it.
+    ``notes`` are the children's notes when already read (and checked, :func:`checked_notes`).
+    """
+    join = frame.join or {}
+    if notes is None:
+        notes = read_notes(fs, layout, frame.job_id)
+    kinds: dict[str, StateKind | None] = {}
+    for child in join.get("children", []):
+        note = notes.get(child["job_id"])
+        if note is not None:
+            kinds[child["label"]] = StateKind(note["kind"])
+        elif fs.exists(layout.payload(child["placement"], child["job_key"])):
+            kinds[child["label"]] = ACTIVE_CHILD
+        else:
+            kinds[child["label"]] = None
+    return kinds
+
+
+def checked_notes(store: Store, frame: StateFrame, notes: Mapping[str, dict[str, Any]], *,
+                  repair: bool) -> dict[str, dict[str, Any]]:
+    """The notes of a join's children that match each child's actual terminal marker (:func:`.commit.checked_note`).
+
+    A note whose rename lost or never came is replaced by what the child's marker
+    says (and, with ``repair``, rewritten or removed). Costs one name per noted child,
+    so it is called only when a decision is about to rest on the notes.
+    """
+    checked: dict[str, dict[str, Any]] = {}
+    directory = f"{store.layout.control}/joins/{frame.job_id}"
+    for child in (frame.join or {}).get("children", []):
+        note = notes.get(child["job_id"])
+        if note is None:
+            continue
+        note = checked_note(store, child["placement"], child["job_key"], note,
+                            f"{directory}/{child['job_id']}.json", repair=repair)
+        if note is not None:
+            checked[child["job_id"]] = note
+    return checked
+
+
+def join_decision(
+    fs: Filesystem, layout: Layout, frame: StateFrame, *, now: float, grace_seconds: float,
+    notes: Mapping[str, dict[str, Any]] | None = None,
+) -> JoinDecision:
+    """The domain's decision for a waiting job's recorded join; raises ``ValidationError`` for a bad join."""
+    join = frame.join or {}
+    spec_join = JoinSpec(
+        step=join["step"],
+        when=join.get("when", "all_succeeded"),
+        count=join.get("count"),
+        on_impossible=join.get("on_impossible"),
+        children=tuple((child["label"], child["job_key"]) for child in join.get("children", [])),
+    )
+    return resolve_join(
+        spec_join,
+        child_kinds(fs, layout, frame, notes),
+        first_unresolved_at=join.get("first_unresolved_at"),
+        now=now,
+        grace_seconds=grace_seconds,
+    )
+
+
+class WaitingPass:
+    """Join evaluation for one manager."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.m = manager
+
+    def evaluate(self, marker: Marker) -> bool:
+        """Resolve one waiting job's join; True when it transitioned."""
+        m = self.m
+        try:
+            view = m.store.read_job(marker)
+        except JobDamage as damage:
+            m.refuse(marker, f"waiting job unreadable: {damage}")
+            return False
+        frame, spec = view.frame, view.spec
+        join = frame.join
+        if not join or spec is None or not m.owned_by_me(marker):
+            return False
+        try:
+            notes = read_notes(m.fs, m.layout, frame.job_id)
+            decision = join_decision(m.fs, m.layout, frame, now=m.clock.now(),
+                                     grace_seconds=m.config.join_grace_seconds, notes=notes)
+            if decision.action != JoinAction.WAIT:
+                # The notes are consumed now: each must match its child's terminal marker (a note
+                # whose rename lost must not fail a parent whose children all succeeded).
+                decision = join_decision(m.fs, m.layout, frame, now=m.clock.now(),
+                                         grace_seconds=m.config.join_grace_seconds,
+                                         notes=checked_notes(m.store, frame, notes, repair=True))
+        except (ValidationError, KeyError) as error:
+            # A join recorded before its rule was checked at commit: report it, never crash the pass.
+            m.refuse(marker, f"its recorded join is invalid: {error}")
+            return False
+        action = decision.action
+        if action == JoinAction.WAIT:
+            return False
+        if action == JoinAction.NOTE_UNRESOLVED:
+            log.warning("job %s: children %s cannot be resolved here; failing after %.0fs",
+                        marker.key, ", ".join(decision.unresolved), m.config.join_grace_seconds)
+            return m.finish(marker, frame, Event.JOIN_NOTE,
+                            {"join": {**join, "first_unresolved_at": decision.first_unresolved_at}}) is not None
+        if action in (JoinAction.SATISFIED, JoinAction.IMPOSSIBLE_ADVANCE):
+            step = decision.next_step or join["step"]
+            verdict = budgets.can_advance(spec.retry_policy, budgets.counters_of(frame))
+            if not verdict.allowed:
+                failure = Failure(verdict.failure_code or "activations_exhausted", verdict.reason)
+                return m.finish(marker, frame, Event.JOIN_IMPOSSIBLE_FAIL,
+                                {"failure": failure.to_json()}) is not None
+            event = Event.JOIN_SATISFIED if action == JoinAction.SATISFIED else Event.JOIN_IMPOSSIBLE_ADVANCE
+            changes = new_activation(frame, m.ids, step, join={**join, "resolved": action.value}, failure=None)
+            log.info("job %s: join %s; next step %r", marker.key, action.value, step)
+            return m.finish(marker, frame, event, changes) is not None
+        failure = Failure(
+            "dependency_failure",
+            decision.reason,
+            {"blocking": list(decision.blocking), "unresolved": list(decision.unresolved)},
+        )
+        event = Event.JOIN_UNRESOLVABLE if action == JoinAction.UNRESOLVABLE_FAIL else Event.JOIN_IMPOSSIBLE_FAIL
+        log.info("job %s: join failed: %s", marker.key, decision.reason)
+        return m.finish(marker, frame, event, {"failure": failure.to_json()}) is not None
+
+    def _data_of(self, job_id: str, payload: str) -> str | None:
+        try:
+            spec = parse_job_bytes(self.m.fs.read_document(f"{payload}/job.json"), f"{payload}/job.json")
+        except (OSError, codec.DocumentError):
+            return None
+        return f"{self.m.layout.data_dir(job_id)}/current" if spec.data_mode == "transactional" else None
+
+    def children_context(self, frame: StateFrame) -> list[dict[str, Any]]:
+        """The ``children`` of context.json: the join that started this activation, else empty."""
+        join = frame.join
+        if not join or not join.get("resolved"):
+            return []
+        notes = read_notes(self.m.fs, self.m.layout, frame.job_id)
+        layout = self.m.layout
+        out = []
+        for child in join.get("children", []):
+            note = notes.get(child["job_id"])
+            payload = layout.payload(child["placement"], child["job_key"])
+            if note is None:
+                # A join satisfied early (any_succeeded, at_least) can leave children still active.
+                note = {"kind": "active", "data": self._data_of(child["job_id"], payload)}
+            out.append(
+                {
+                    "label": child["label"],
+                    "job_id": child["job_id"],
+                    "job_key": child["job_key"],
+                    "kind": note.get("kind"),
+                    "failure": note.get("failure"),
+                    "payload": payload,
+                    "workdir": note.get("workdir") or layout.persistent_workdir(child["job_id"]),
+                    "data": note.get("data"),
+                }
+            )
+        return out

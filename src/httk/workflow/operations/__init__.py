@@ -1,0 +1,1 @@
+"""What operators and library callers run: submission, inspection, fsck, gc, remotes, transfer."""

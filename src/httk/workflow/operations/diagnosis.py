@@ -1,0 +1,280 @@
+"""``job why`` and ``workspace managers``: why a job is where it is, and what serves the workspace.
+
+The job side of every precondition comes from ``job.json``; the other side —
+pools, capabilities, executors, prefixes — is read from the manifests live
+managers publish, so a manager that is not running is reported as absent
+rather than assumed. An owned job is judged by the observation builder and
+takeover verdict the recovery pass uses (with the settings live managers here
+published), and a waiting job by the waiting pass's own children
+classification and join decision, so ``job why`` never says something a
+manager will not do. Read-only. Spec: 000 "Inspecting jobs", "Readiness".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import codec
+from ..domain import budgets
+from ..domain.joins import DEFAULT_JOIN_GRACE_SECONDS, JoinAction, describe_condition
+from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
+from ..domain.model import ValidationError
+from ..domain.scheduling import Offer, Requirements, mismatches
+from ..domain.takeover import TakeoverAction, decide_takeover
+from ..engine.recovery import TakeoverSettings, observe, read_heartbeat
+from ..engine.waiting import ACTIVE_CHILD, child_kinds, join_decision
+from ..ports import ProcessControl
+from ..store.markers import Marker
+from ..store.store import JobDamage
+from ..store.workspaces import WorkspaceHandle
+
+FLAPPING_ATTEMPTS = 20
+
+
+def managers(handle: WorkspaceHandle) -> list[dict[str, Any]]:
+    """Every registered manager with its manifest, heartbeat age and liveness."""
+    fs, now = handle.fs, handle.ports.clock.now()
+    out = []
+    for entry in sorted(fs.scandir(handle.layout.managers), key=lambda item: item.name):
+        try:
+            manifest = codec.decode_object(fs.read_bytes(f"{entry.path}/manager.json"), "manager.json")
+        except (FileNotFoundError, codec.DocumentError):
+            continue
+        try:
+            beat = codec.decode_object(fs.read_bytes(f"{entry.path}/heartbeat.json"), "heartbeat.json")
+            age: float | None = max(0.0, now - float(beat["time"]))
+            stopped = bool(beat.get("stopped"))
+        except (FileNotFoundError, codec.DocumentError, KeyError, TypeError, ValueError):
+            age, stopped = None, False
+        lease = float(manifest.get("lease_seconds") or handle.policy["lease_seconds"])
+        live = age is not None and age <= lease and not stopped
+        out.append({**manifest, "heartbeat_age": age, "stopped": stopped, "live": live})
+    return out
+
+
+def offer_of(manager: dict[str, Any]) -> Offer:
+    return Offer(
+        pools=frozenset(manager.get("pools") or ()),
+        capabilities=frozenset(manager.get("capabilities") or ()),
+        executors=frozenset(manager.get("executors") or ()),
+        placement_prefixes=tuple(manager.get("placement_prefixes") or ()),
+    )
+
+
+def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None = None) -> dict[str, Any]:
+    """A diagnosis: ``{"job", "kind", "summary", "lines": [...]}``."""
+    store = handle.store
+    lines: list[str] = []
+    report: dict[str, Any] = {"job": str(marker.key), "kind": marker.kind.value, "placement": marker.placement}
+    try:
+        view = store.read_job(marker)
+    except JobDamage as damage:
+        report["summary"] = f"the job's state frame is unreadable ({damage.code}); run 'httk workflow workspace fsck'"
+        report["lines"] = [damage.message]
+        return report
+    frame, spec = view.frame, view.spec
+    live = [manager for manager in managers(handle) if manager["live"]]
+    kind = marker.kind
+    if spec is None:
+        lines.append(f"job.json is unreadable: {view.spec_error}")
+    lines.extend(_refusals(handle, marker))
+    if kind == StateKind.SUBMITTED:
+        summary = "submitted and not yet registered by any manager"
+        executor = spec.executor if spec else "path"
+        serving = [m["manager_id"] for m in live if executor in (m.get("executors") or ())]
+        lines.append(f"live managers serving the {executor!r} executor: {', '.join(serving) or 'none'}")
+    elif kind == StateKind.READY and spec is not None:
+        requirements = Requirements(pool=spec.pool, capabilities=frozenset(spec.capabilities),
+                                    executor=spec.executor, placement=marker.placement)
+        lines.append(f"runner executor: {spec.executor}")
+        lines.append(f"claim pool: {spec.pool}")
+        lines.append(f"required capabilities: {', '.join(spec.capabilities) or 'none'}")
+        lines.append("maintenance lock: none")
+        counters = budgets.counters_of(frame)
+        decision = budgets.after_attempt(spec.retry_policy, counters, failure=None, explicit_retry=True)
+        within = decision.retry or frame.attempt_ordinal == 0
+        lines.append(f"attempt budgets: {'within budget' if within else decision.reason}")
+        accepting = []
+        for manager in live:
+            missing = mismatches(offer_of(manager), requirements)
+            if missing:
+                lines.append(f"manager {manager['manager_id']} does not accept it: "
+                             + "; ".join(f"{item.kind} {item.value} ({item.advice})" for item in missing))
+            else:
+                accepting.append(manager["manager_id"])
+        if not live:
+            flags = f" --pool {spec.pool}" if spec.pool != "default" else ""
+            flags += "".join(f" --capability {capability}" for capability in spec.capabilities)
+            summary = f"ready; no manager is live: start one with 'httk workflow run{flags}'"
+        elif accepting:
+            summary = f"ready; accepted by live manager(s) {', '.join(accepting)}: it runs when a worker is free"
+        else:
+            summary = "ready, but no live manager accepts it (see the mismatches)"
+    elif kind in OWNED_KINDS:
+        summary, more = _owned(handle, marker, frame, spec, process)
+        lines.extend(more)
+    elif kind == StateKind.WAITING:
+        summary, more = _waiting(handle, frame)
+        lines.extend(more)
+    elif kind == StateKind.FAILED:
+        failure = frame.failure or {}
+        summary = f"failed: {failure.get('code')}: {failure.get('message')}"
+        if spec is not None:
+            fits = budgets.continue_fits(spec.retry_policy, budgets.counters_of(frame))
+            lines.append("an operator 'continue' fits the retry budget" if fits.allowed
+                         else f"an operator 'continue' does not fit: {fits.reason}")
+        error = _last_error(handle, marker)
+        if error:
+            lines.append(f"error.json of the last attempt: {error}")
+    elif kind == StateKind.PAUSED:
+        summary = f"paused ({frame.reason or 'no reason recorded'}); resume with 'job request ... continue'"
+    elif kind == StateKind.SUCCEEDED:
+        summary = "succeeded; nothing to do"
+    else:
+        summary = f"{kind.value}; nothing to do"
+    if kind in (StateKind.READY, StateKind.RUNNING, StateKind.FAILED, StateKind.CLAIMED):
+        lines.append(
+            f"{frame.total_attempts} attempts across {max(frame.activation_ordinal, 1)} activations at step "
+            f"{frame.step!r}; {frame.unclean_exits} after unclean exits"
+        )
+        if spec is not None and spec.maximum_total_attempts is None and frame.total_attempts >= FLAPPING_ATTEMPTS:
+            lines.append(f"flapping: {frame.total_attempts} attempts under an unlimited budget without progress")
+    if frame.event in (Event.DRAIN_RELEASE, Event.DRAIN_PAUSE):
+        lines.append(f"the last attempt was stopped by its manager's drain, not by the job: {frame.reason}")
+    lines.extend(_requests(handle, marker))
+    report["summary"] = summary
+    report["lines"] = lines
+    report["step"] = frame.step
+    return report
+
+
+def _refusals(handle: WorkspaceHandle, marker: Marker) -> list[str]:
+    """What managers recorded when they refused this job in its current kind (``managers/<id>/refused/``)."""
+    out = []
+    for entry in sorted(handle.fs.scandir(handle.layout.managers), key=lambda item: item.name):
+        path = f"{entry.path}/refused/{marker.key}.json"
+        try:
+            note = codec.decode_object(handle.fs.read_document(path), path)
+        except (OSError, codec.DocumentError):
+            continue
+        if note.get("kind") == marker.kind.value:
+            out.append(f"manager {entry.name} refused it: {note.get('reason')}")
+    return out
+
+
+def _deciders(handle: WorkspaceHandle, this_host: str, owner_id: Any) -> list[dict[str, Any]]:
+    """The managers whose verdict ``job why`` reports: the live ones on this host other than the owner.
+
+    Only this host's kernel can answer for a process recorded here, so managers elsewhere are not
+    judged from here. With none live, the verdict is that of a manager started here with the defaults.
+    """
+    found = [manager for manager in managers(handle)
+             if manager["live"] and manager.get("host") == this_host and manager["manager_id"] != owner_id]
+    return found or [{"manager_id": None, "lease_seconds": handle.policy["lease_seconds"]}]
+
+
+def _owned(
+    handle: WorkspaceHandle, marker: Marker, frame: Any, spec: Any, process: ProcessControl | None
+) -> tuple[str, list[str]]:
+    """The takeover verdict a manager here reaches, from the observation the recovery pass builds."""
+    kind = frame.kind.value
+    owner = frame.owner or {}
+    owner_id = owner.get("manager_id")
+    beat, _declared = read_heartbeat(handle.fs, handle.layout, str(owner_id)) if owner_id else (None, None)
+    now = handle.ports.clock.now()
+    lease = float(owner.get("lease_seconds") or handle.policy["lease_seconds"])
+    age = "never or stopped" if beat is None else f"{max(0.0, now - beat):.0f}s ago"
+    lines = [f"owning manager: {owner_id or 'none'} (heartbeat {age}, lease {lease:g}s)"]
+    if (frame.process or {}).get("host"):
+        lines.append(f"attempt process recorded on host {frame.process['host']}")
+    if spec is None:
+        return f"{kind}, blocked: no manager takes over a job whose job.json is unreadable; repair it", lines
+    if process is None:
+        return f"{kind} (owner {owner_id}); the takeover verdict needs this host's process table", lines
+    verdicts = []
+    for decider in _deciders(handle, process.hostname(), owner_id):
+        observation = observe(
+            handle.fs, process, marker.kind, frame, spec.workdir_mode,
+            this_host=process.hostname(), now=now, beat=beat,
+            default_lease=float(decider.get("lease_seconds") or handle.policy["lease_seconds"]),
+            settings=TakeoverSettings.from_json(decider.get("takeover")),
+        )
+        verdict = decide_takeover(observation)
+        who = (f"manager {decider['manager_id']} on this host" if decider["manager_id"]
+               else "a manager started on this host with the default takeover settings")
+        lines.append(f"{who}: {verdict.message}")
+        verdicts.append(verdict)
+    # The first decider that acts speaks for the summary; else the first one.
+    verdict = next((item for item in verdicts if item.awaits_takeover), verdicts[0])
+    if verdict.rule == "lease_live":
+        return f"{kind} under the live lease of manager {owner_id}", lines
+    if verdict.action == TakeoverAction.ADOPT:
+        return f"{kind} under an expired lease: a manager here adopts the live attempt ({verdict.rule})", lines
+    if verdict.takes_over:
+        return f"{kind} under an expired lease: a manager here recovers it ({verdict.rule})", lines
+    if verdict.not_before is not None:
+        wait = max(verdict.not_before - now, 0.0)
+        return (f"{kind} under an expired lease: a manager here recovers it in {wait:.0f}s "
+                f"({verdict.admitted_by})", lines)
+    return f"{kind} under an expired lease, blocked: {verdict.message}", lines
+
+
+def _waiting(handle: WorkspaceHandle, frame: Any) -> tuple[str, list[str]]:
+    """The join decision the waiting pass reaches, from the same children classification."""
+    join = frame.join or {}
+    live = [manager for manager in managers(handle) if manager["live"]]
+    grace = float(next((manager["join_grace_seconds"] for manager in live if manager.get("join_grace_seconds")),
+                       DEFAULT_JOIN_GRACE_SECONDS))
+    lines = [f"join: {describe_condition(join.get('when', 'all_succeeded'), join.get('count'))}"
+             f", then step {join.get('step')!r}"
+             + (f", on_impossible {join.get('on_impossible')!r}" if join.get("on_impossible") else "")]
+    kinds = child_kinds(handle.fs, handle.layout, frame)
+    for child in join.get("children", []):
+        state = kinds.get(child["label"])
+        text = ("cannot be resolved in this workspace" if state is None
+                else "active" if state == ACTIVE_CHILD else state.value)
+        lines.append(f"child {child['label']} ({child['job_key']}): {text}")
+    if join.get("first_unresolved_at") is not None:
+        lines.append(f"first recorded unresolvable at {join['first_unresolved_at']:.0f} (epoch seconds); the job "
+                     f"fails with dependency_failure {grace:g}s (--join-grace-seconds) after that")
+    try:
+        decision = join_decision(handle.fs, handle.layout, frame, now=handle.ports.clock.now(), grace_seconds=grace)
+    except (ValidationError, KeyError) as error:
+        return f"waiting, but the recorded join is invalid: {error}", lines
+    if decision.action == JoinAction.WAIT:
+        summary = f"waiting on {len(decision.blocking)} active child(ren)"
+        if decision.unresolved:
+            summary += f"; {len(decision.unresolved)} cannot be resolved here"
+        lines.append(decision.reason)
+        return summary, lines
+    return f"the next manager resolves the join: {decision.reason}", lines
+
+
+def _last_error(handle: WorkspaceHandle, marker: Marker) -> str | None:
+    attempts = sorted(entry.path for entry in handle.fs.scandir(handle.layout.job_attempts(marker.job_id)))
+    if not attempts:
+        return None
+    try:
+        error = codec.decode_object(handle.fs.read_bytes(f"{attempts[-1]}/error.json"), "error.json")
+    except (FileNotFoundError, codec.DocumentError):
+        return None
+    where = f" at {error['file']}:{error['line']}" if error.get("file") else ""
+    return f"{error.get('exception', 'error')}: {error.get('message', '')}{where}"
+
+
+def _requests(handle: WorkspaceHandle, marker: Marker) -> list[str]:
+    lines = []
+    for where in ("ready", "retired"):
+        for entry in handle.fs.scandir(f"{handle.layout.requests}/{where}"):
+            try:
+                # Never follow, block on or slurp an entry the manager will quarantine.
+                request = codec.decode_object(handle.fs.read_document(entry.path), entry.path)
+            except (OSError, codec.DocumentError):
+                continue
+            if request.get("job_id") != marker.job_id:
+                continue
+            if where == "ready":
+                lines.append(f"pending request: {request.get('action')} by {request.get('operator')}")
+            else:
+                lines.append(f"retired request {request.get('action')}: {request.get('retired_reason')}")
+    return lines

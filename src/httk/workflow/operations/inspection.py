@@ -1,0 +1,418 @@
+"""Read-only inspection: resolve a job selector, status counts, list, show and log one job.
+
+Everything here reads the way a manager reads — marker, then the journal frame it
+names, then ``job.json`` — through the store, and nothing here writes protocol
+state. Damage is data, not a crash: an unreadable frame is reported with its
+stable code, and whatever history remains readable is still shown. Scans are
+exhaustive (every kind, no budget), which is right for an operator's question
+and wrong for a scheduling pass. Spec: 000 "Inspecting jobs", "Inspect and control".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import codec
+from ..domain.budgets import Counters, describe
+from ..domain.frames import StateFrame
+from ..domain.lifecycle import TERMINAL_KINDS, StateKind
+from ..domain.model import JobKey, ValidationError, check_placement
+from ..protocol import JOB_FILE, JobSpec
+from ..store.journal import FrameDamage
+from ..store.markers import INIT_REF, Marker
+from ..store.store import JobDamage, Store
+from ..store.workspaces import WorkspaceHandle
+from .fsck import definition_path, job_damage
+
+#: A resolution that finds nothing scans once more, because an exhaustive
+#: walk of the kinds in order can miss a job that moved backwards (committing → ready) under it.
+_RESOLVE_SCANS = 2
+_MAX_LISTED_MATCHES = 20
+_ATTEMPT_DIR = re.compile(r"^[0-9]{4,}-")
+
+
+class SelectorError(ValueError):
+    """A job selector that matches no job or more than one; the message names the selector."""
+
+    def __init__(self, message: str, matches: Sequence[Marker] = ()) -> None:
+        super().__init__(message)
+        self.matches = tuple(matches)
+
+
+# -- selection ---------------------------------------------------------------------------------
+def _all_markers(store: Store, kinds: Iterable[StateKind] = tuple(StateKind)) -> list[Marker]:
+    return [marker for kind in kinds for marker in store.iter_markers(kind)]
+
+
+def _newest_per_job(markers: Iterable[Marker]) -> dict[str, Marker]:
+    # A job renamed between two kinds during the walk can be seen twice: the higher generation is current.
+    newest: dict[str, Marker] = {}
+    for marker in markers:
+        seen = newest.get(marker.job_id)
+        if seen is None or marker.generation > seen.generation:
+            newest[marker.job_id] = marker
+    return newest
+
+
+def _describe_match(marker: Marker) -> str:
+    return f"{marker.key} ({marker.kind.value} at {marker.placement})"
+
+
+def resolve_job(handle: WorkspaceHandle, selector: str) -> Marker:
+    """The current marker of the one job ``selector`` names.
+
+    ``selector`` is a job uuid, a ``tag--uuid`` key, or a unique prefix of either;
+    :class:`SelectorError` when it matches no job or more than one.
+    """
+    wanted = selector.strip().lower()  # keys and uuids are lowercase by construction
+    if not wanted:
+        raise SelectorError("empty job selector: give a job uuid, a tag--uuid key, or a unique prefix")
+    store = handle.store
+    for _ in range(_RESOLVE_SCANS):
+        jobs = _newest_per_job(_all_markers(store))
+        exact = [m for m in jobs.values() if wanted in (m.job_id, str(m.key))]
+        if exact:
+            # A job id is unique and a key names exactly one id, so an exact match is one job.
+            return exact[0]
+        prefixed = sorted(
+            (m for m in jobs.values() if m.job_id.startswith(wanted) or str(m.key).startswith(wanted)),
+            key=lambda m: str(m.key),
+        )
+        if len(prefixed) == 1:
+            return prefixed[0]
+        if prefixed:
+            shown = ", ".join(_describe_match(m) for m in prefixed[:_MAX_LISTED_MATCHES])
+            more = len(prefixed) - _MAX_LISTED_MATCHES
+            suffix = f", and {more} more" if more > 0 else ""
+            raise SelectorError(
+                f"job selector {wanted!r} is ambiguous: it matches {len(prefixed)} jobs: {shown}{suffix}; "
+                "give more of the uuid or the key",
+                prefixed,
+            )
+    raise SelectorError(f"no job matches selector {wanted!r} in workspace {handle.root}")
+
+
+# -- status and list ---------------------------------------------------------------------------
+def status(handle: WorkspaceHandle) -> dict[str, Any]:
+    """Counts of jobs per state kind, with the workspace's identity, durability, policy and damage.
+
+    Each *active* job is read as a manager reads it (frame, then job.json), with the
+    same check as ``workspace fsck``, so damage a manager would meet is listed here
+    with fsck's code. Terminal jobs are only counted: reading every finished job
+    would make status cost grow with history; ``workspace fsck`` checks those.
+    """
+    store = handle.store
+    damage: list[dict[str, Any]] = []
+
+    def note(code: str, path: str, message: str, job: str | None = None) -> None:
+        damage.append({"code": code, "path": path, "message": message, "job": job})
+
+    counts = {kind.value: 0 for kind in StateKind}
+    for kind in StateKind:
+        for marker in store.iter_markers(kind, on_damage=note):
+            counts[kind.value] += 1
+            if kind in TERMINAL_KINDS:
+                continue
+            check = job_damage(store, marker)
+            if check.frame is not None:
+                note(check.frame.code, store.marker_path(marker), check.frame.message, str(marker.key))
+            if check.definition is not None:
+                message = f"job.json is unreadable: {check.definition.message}"
+                note(check.definition.code, definition_path(store, marker), message, str(marker.key))
+    return {
+        "name": handle.name,
+        "path": handle.root,
+        "workspace_id": handle.workspace_id,
+        "durable": handle.durable,
+        "policy": handle.policy,
+        "counts": counts,
+        "total": sum(counts.values()),
+        "damage": damage,
+    }
+
+
+def _marker_summary(marker: Marker) -> dict[str, Any]:
+    return {
+        "job_key": str(marker.key),
+        "job_id": marker.job_id,
+        "tag": marker.key.tag,
+        "kind": marker.kind.value,
+        "placement": marker.placement,
+        "priority": marker.priority,
+        "generation": marker.generation,
+        "record_ref": marker.ref,
+    }
+
+
+def list_jobs(
+    handle: WorkspaceHandle, kinds: Sequence[StateKind | str] | None = None, placement: str | None = None
+) -> list[dict[str, Any]]:
+    """One summary per job (from marker names alone), filtered by kinds and a placement prefix.
+
+    The placement filter matches whole path components: ``project-a`` selects
+    ``project-a/00`` but not ``project-ab``. Raises ``ValidationError`` for a bad prefix.
+    """
+    chosen = tuple(StateKind(kind) for kind in kinds) if kinds else tuple(StateKind)
+    # The prefix becomes a directory below each kind tree, so it must be a valid placement.
+    prefixes = (check_placement(placement),) if placement else ()
+    store = handle.store
+    markers = [marker for kind in chosen for marker in store.iter_markers(kind, prefixes)]
+    return [_marker_summary(marker) for marker in markers]
+
+
+# -- show --------------------------------------------------------------------------------------
+def _job_bytes(store: Store, marker: Marker) -> bytes | None:
+    try:
+        return store.fs.read_document(f"{store.payload_dir(marker)}/{JOB_FILE}")
+    except OSError:  # absent, or not a small regular file (the spec error says which)
+        return None
+
+
+def _budgets(spec: JobSpec, frame: StateFrame) -> dict[str, Any]:
+    # The counters' activation ordinal is 1-based; a job never claimed has consumed no activation.
+    counters = Counters(
+        activation_ordinal=max(frame.activation_ordinal, 1),
+        attempts_in_activation=frame.attempt_ordinal,
+        total_attempts=frame.total_attempts,
+    )
+    budgets = describe(spec.retry_policy, counters)
+    if frame.activation_ordinal == 0:
+        limit = spec.maximum_activations
+        budgets["maximum_activations"] = {"limit": limit, "used": 0, "remaining": limit, "exhausted": False}
+    return budgets
+
+
+def _join_children(join: dict[str, Any]) -> list[dict[str, Any]]:
+    """The join's children as ``{label, job_key, job_id}``, whichever shape the frame recorded."""
+    out: list[dict[str, Any]] = []
+    raw = join.get("children") or []
+    for item in raw if isinstance(raw, list) else []:
+        label: Any = None
+        key: Any = None
+        job_id: Any = None
+        if isinstance(item, dict):
+            label, key, job_id = item.get("label"), item.get("job_key"), item.get("job_id")
+        elif isinstance(item, list | tuple) and len(item) == 2:
+            label, key = item
+        elif isinstance(item, str):
+            label = item
+        if job_id is None and isinstance(key, str):
+            try:
+                job_id = JobKey.parse(key).job_id
+            except ValidationError:
+                job_id = None
+        out.append({"label": label, "job_key": key, "job_id": job_id})
+    return out
+
+
+def _child_state(store: Store, parent_id: str, child: dict[str, Any]) -> dict[str, Any]:
+    entry = dict(child, kind="pending", failure=None, placement=None)
+    job_id = child.get("job_id")
+    if not isinstance(job_id, str):
+        return entry
+    path = f"{store.layout.control}/joins/{parent_id}/{job_id}.json"
+    try:
+        note = codec.decode_object(store.fs.read_document(path), path)
+    except (FileNotFoundError, NotADirectoryError):
+        return entry
+    except OSError as error:
+        entry["note_error"] = str(error)
+        return entry
+    except codec.DocumentError as error:
+        entry["note_error"] = str(error)
+        return entry
+    entry.update(
+        kind=note.get("kind", "pending"),
+        failure=note.get("failure"),
+        placement=note.get("placement"),
+        job_key=note.get("job_key", entry["job_key"]),
+    )
+    if entry["label"] is None:
+        entry["label"] = note.get("label")
+    return entry
+
+
+def _latest_control(store: Store, job_id: str) -> str | None:
+    names = sorted(
+        entry.name
+        for entry in store.fs.scandir(store.layout.job_attempts(job_id))
+        if entry.is_dir and _ATTEMPT_DIR.match(entry.name)
+    )
+    return f"{store.layout.job_attempts(job_id)}/{names[-1]}" if names else None
+
+
+def _paths(store: Store, marker: Marker, spec: JobSpec | None) -> dict[str, Any]:
+    control = _latest_control(store, marker.job_id)
+    workdir: str | None = None
+    data: str | None = None
+    if spec is not None:
+        if spec.workdir_mode == "isolated":
+            workdir = f"{control}/workdir" if control else None
+        else:
+            workdir = store.layout.persistent_workdir(marker.job_id)
+        if spec.data_mode == "transactional":
+            data = f"{store.layout.data_dir(marker.job_id)}/current"
+    return {
+        "marker": store.marker_path(marker),
+        "payload": store.payload_dir(marker),
+        "control": control,
+        "workdir": workdir,
+        "workdir_exists": workdir is not None and store.fs.exists(workdir),
+        "data": data,
+    }
+
+
+def show_job(handle: WorkspaceHandle, marker: Marker) -> dict[str, Any]:
+    """Everything ``job show`` reports about one job; frame damage is reported, never raised."""
+    store = handle.store
+    report: dict[str, Any] = _marker_summary(marker)
+    damage: dict[str, str] | None = None
+    try:
+        frame = store.read_frame(marker)
+    except JobDamage as error:
+        frame, damage = None, {"code": error.code, "message": error.message}
+    spec: JobSpec | None
+    try:
+        spec, spec_error = store.read_spec(marker), None
+    except JobDamage as error:
+        spec, spec_error = None, {"code": error.code, "message": error.message}
+    if frame is None and damage is None and spec is not None:
+        frame = store.initial_frame(marker, spec)
+    data = _job_bytes(store, marker)
+    report.update(
+        damage=damage,
+        job_error=spec_error,
+        job_digest=hashlib.sha256(data).hexdigest() if data is not None else None,
+        name=spec.name if spec else None,
+        workflow=spec.workflow if spec else None,
+        runner=spec.runner if spec else None,
+        executor=spec.executor if spec else None,
+        claim={"pool": spec.pool, "capabilities": list(spec.capabilities)} if spec else None,
+        workdir_mode=spec.workdir_mode if spec else None,
+        data_mode=spec.data_mode if spec else None,
+        initial_step=spec.initial_step if spec else None,
+        paths=_paths(store, marker, spec),
+    )
+    report.update(_frame_part(store, marker, frame, spec))
+    return report
+
+
+def _frame_part(store: Store, marker: Marker, frame: StateFrame | None, spec: JobSpec | None) -> dict[str, Any]:
+    if frame is None:
+        return {"step": None, "budgets": None, "join": None, "children": None, "failure": None}
+    join = frame.join
+    children = None
+    if join is not None:
+        children = [_child_state(store, marker.job_id, child) for child in _join_children(join)]
+    return {
+        "step": frame.step,
+        "event": frame.event,
+        "created_at": frame.created_at,
+        "runner_steps": list(frame.runner_steps) if frame.runner_steps is not None else None,
+        "activation_ordinal": frame.activation_ordinal,
+        "attempt_ordinal": frame.attempt_ordinal,
+        "total_attempts": frame.total_attempts,
+        "unclean_exits": frame.unclean_exits,
+        "data_generation": frame.data_generation,
+        "pause_requested": frame.pause_requested,
+        "budgets": _budgets(spec, frame) if spec is not None else None,
+        "failure": frame.failure,
+        "join": join,
+        "children": children,
+        "owner": frame.owner,
+        "process": frame.process,
+        "operator": frame.operator,
+        "reason": frame.reason,
+        # Set while the job is transferring (where to) and after an import (where from).
+        "transfer": (frame.notes or {}).get("transfer"),
+    }
+
+
+# -- log ---------------------------------------------------------------------------------------
+def _damage_entry(ref: str, generation: int | None, code: str, message: str) -> dict[str, Any]:
+    return {"record_ref": ref, "generation": generation, "damage": {"code": code, "message": message}}
+
+
+def _initial_entry(store: Store, marker: Marker) -> dict[str, Any]:
+    try:
+        step: str | None = store.read_spec(marker).initial_step
+    except JobDamage:
+        step = None
+    return {
+        "record_ref": INIT_REF,
+        "generation": 0,
+        "kind": StateKind.SUBMITTED.value,
+        "event": "submit",
+        "created_at": None,
+        "step": step,
+        "job_id": marker.job_id,
+        "job_key": str(marker.key),
+    }
+
+
+def _readable_older(store: Store, job_id: str, below: int) -> tuple[str, dict[str, Any]] | None:
+    """The newest readable frame of ``job_id`` older than generation ``below``, by scanning the journal.
+
+    Only a damaged chain pays for this: the frame holding the backward link is the unreadable one.
+    """
+    best: tuple[int, str, dict[str, Any]] | None = None
+    for writer in sorted(store.fs.scandir(store.layout.journal), key=lambda entry: entry.name):
+        if not writer.is_dir:
+            continue
+        for segment in sorted(store.fs.scandir(writer.path), key=lambda entry: entry.name):
+            for ref, document in store.reader.iter_segment(segment.path):
+                if ref is None or not isinstance(document, dict) or document.get("job_id") != job_id:
+                    continue
+                generation = document.get("generation")
+                if isinstance(generation, int) and generation < below and (best is None or generation >= best[0]):
+                    best = (generation, str(ref), document)
+    return None if best is None else (best[1], best[2])
+
+
+def job_log(handle: WorkspaceHandle, marker: Marker, limit: int | None = None) -> list[dict[str, Any]]:
+    """The job's state frames oldest first, walked back from its marker through ``previous_record_ref``.
+
+    Each entry is the frame's JSON plus ``record_ref``; an unreadable frame is an
+    entry with ``damage: {code, message}``, after which the walk resumes at the newest
+    readable older frame of the job, if the journal holds one. ``limit`` keeps the newest entries.
+    """
+    store = handle.store
+    newest_first: list[dict[str, Any]] = []
+    ref: str | None = None if marker.ref == INIT_REF else marker.ref
+    expected: int | None = marker.generation
+    while ref is not None and (limit is None or len(newest_first) < limit):
+        try:
+            document = store.reader.read(ref)
+        except FrameDamage as damage:
+            newest_first.append(_damage_entry(ref, expected, damage.code, damage.message))
+            recovered = _readable_older(store, marker.job_id, expected if expected is not None else 1 << 62)
+            if recovered is None:
+                return list(reversed(newest_first))
+            ref, document = recovered
+            document = {**document, "recovered_by_scan": True}
+        generation = document.get("generation")
+        if document.get("job_id") != marker.job_id or (
+            expected is not None and not document.get("recovered_by_scan") and generation != expected
+        ):
+            newest_first.append(
+                _damage_entry(
+                    ref,
+                    expected,
+                    "identity_mismatch",
+                    f"frame names job {document.get('job_id')} g{generation}, expected {marker.job_id} g{expected}",
+                )
+            )
+            return list(reversed(newest_first))
+        newest_first.append({**document, "record_ref": ref})
+        previous = document.get("previous_record_ref")
+        ref = previous if isinstance(previous, str) and previous else None
+        # An fsck repair chains to the last good frame, skipping the damaged generation(s).
+        repaired = document.get("event") == "fsck_repair"
+        expected = generation - 1 if isinstance(generation, int) and not repaired else None
+    # Generation 1 links to nothing: its predecessor is the implicit generation 0, the job.json itself.
+    if ref is None and expected == 0 and (limit is None or len(newest_first) < limit):
+        newest_first.append(_initial_entry(store, marker))
+    return list(reversed(newest_first))

@@ -1,0 +1,344 @@
+"""Submission: a prepared payload becomes a job at a placement.
+
+Order is what makes it crash-safe: validate, reserve the job id workspace-wide
+(:mod:`.job_ids`), copy the payload into the control tree's staging area, rename
+it into place (never over an existing name), and only then publish the
+generation-0 ``submitted`` marker. A crash before the
+marker leaves an orphan payload that no manager sees: the workspace reads back
+as before the submission, never between.
+
+A refusal writes nothing. Everything that can be known before the first write
+is checked first: the placement, job.json, that every path the job will use
+fits the filesystem's name limits, that ``--move`` stays on one filesystem, that
+no other job holds the job id, and that a workspace runner the job pins is in the
+store. A write that fails anyway
+is undone (staged copy, created placement directories) before the error is
+raised. Spec: 000 "Submit a job", "Share one runner between many jobs".
+"""
+
+from __future__ import annotations
+
+import errno
+import posixpath
+from collections.abc import Callable, Iterator
+
+import attrs
+
+from .. import codec
+from ..domain.lifecycle import StateKind
+from ..domain.model import JobKey, ValidationError, check_placement, check_tag
+from ..ports import Filesystem
+from ..protocol import JOB_FILE, JobSpec, parse_job_bytes
+from ..store.job_ids import JobIdTaken, Reservation, check_job_id, job_id_traces, release_job_id, reserve_job_id
+from ..store.markers import Marker
+from ..store.runners import RunnerUnavailable, digest_mismatch, object_path, resolve_runner
+from ..store.workspaces import WorkspaceHandle
+
+#: Conservative POSIX limits: NAME_MAX bytes per component, PATH_MAX bytes with the NUL.
+NAME_MAX = 255
+PATH_MAX = 4096
+#: What a marker name can add to the job key: ``.p<priority>.g<generation>.<record ref>``
+#: (20-digit priority and ref numbers, a 64-bit base-36 generation), plus ``.audit.json``
+#: of a quarantined marker. Generous on purpose: a marker must never outgrow its directory.
+MARKER_SUFFIX_RESERVE = 140
+#: What an attempt directory name adds to the attempt id: the ordinal and a dash.
+ATTEMPT_PREFIX_RESERVE = 21
+_SYMLINK_HOPS = 40
+
+class SubmissionError(ValueError):
+    """A payload or placement that cannot be submitted; nothing was written."""
+
+
+@attrs.frozen
+class Submitted:
+    marker: Marker
+    payload: str
+    spec: JobSpec
+    #: One line the caller shows, e.g. a runner accepted although the store lacks it.
+    warning: str | None = None
+
+
+def submit(
+    workspace: WorkspaceHandle,
+    payload: str,
+    placement: str,
+    *,
+    move: bool = False,
+    tag: str | None = None,
+    job_id: str | None = None,
+    allow_missing_runner: bool = False,
+) -> Submitted:
+    """Submit the payload directory ``payload`` at ``placement`` and return the new job.
+
+    Raises :class:`SubmissionError` (nothing written) for anything that cannot be
+    submitted; ``allow_missing_runner`` accepts a pinned workspace runner the
+    store lacks, with a warning in the result.
+    """
+    fs = workspace.fs
+    source = posixpath.normpath(payload)
+    try:
+        placement = check_placement(placement)
+    except ValidationError as error:
+        raise SubmissionError(str(error)) from None
+    info = fs.lstat(source)
+    if info is None or not info.is_dir:
+        raise SubmissionError(f"{source}: not a payload directory (expected a directory holding job.json)")
+    job_file = f"{source}/{JOB_FILE}"
+    try:
+        data = fs.read_bytes(job_file)
+    except FileNotFoundError:
+        raise SubmissionError(f"{job_file}: missing; prepare the payload with prepare_job_payload first") from None
+    try:
+        spec = parse_job_bytes(data, job_file)
+    except codec.DocumentError as error:
+        raise SubmissionError(str(error)) from None
+    chosen_tag = tag if tag is not None else spec.tag
+    try:
+        if chosen_tag is not None:
+            check_tag(chosen_tag)
+        key = JobKey(job_id or workspace.ports.ids.new_id(), chosen_tag)
+    except ValidationError as error:
+        raise SubmissionError(str(error)) from None
+    destination = workspace.layout.payload(placement, str(key))
+    if fs.exists(destination):
+        raise SubmissionError(f"{destination}: already exists")
+    reservation = Reservation(key.job_id, str(key), placement)
+    check_id(workspace, reservation)
+    staging = f"{workspace.layout.tmp}/submit-{key.job_id}"
+    check_path_lengths(job_paths(workspace, source, placement, key, staging=None if move else staging), placement)
+    if move:
+        _check_same_filesystem(fs, source, destination, workspace.root)
+    warning = check_runner(workspace, spec, allow_missing=allow_missing_runner)
+    # The directories this submission creates, so that a failed write can take them back.
+    marker_dir = f"{workspace.layout.kind_dir(StateKind.SUBMITTED)}/{placement}"
+    reservation_path = workspace.layout.id_reservation(key.job_id)
+    created = (missing_ancestors(fs, destination) + missing_ancestors(fs, f"{marker_dir}/{key}")
+               + missing_ancestors(fs, reservation_path))
+    durable = workspace.durable
+    placed = reserved = False
+    try:
+        # The id first: from here on no other job, at any placement, can take it.
+        reserved = reserve_job_id(fs, workspace.layout, reservation, durable=durable)
+        if move:
+            fs.rename(source, destination, durable=durable)
+        else:
+            fs.rmtree(staging)
+            fs.copy_tree(source, staging, durable=durable)
+            fs.rename(staging, destination, durable=durable)
+        placed = True
+        marker = workspace.store.create_submitted(placement, key, spec.priority)
+    except JobIdTaken as taken:  # another submission reserved the id since the check
+        _undo(fs, source, destination, staging, created, move=move, placed=placed)
+        raise SubmissionError(_id_refusal(placement, taken)) from None
+    except OSError as error:
+        release = (lambda: release_job_id(fs, workspace.layout, reservation)) if reserved else None
+        _undo(fs, source, destination, staging, created, move=move, placed=placed, release=release)
+        raise SubmissionError(_write_refusal(error, source, placement, workspace.root, move=move)) from None
+    return Submitted(marker, destination, spec, warning)
+
+
+def check_id(workspace: WorkspaceHandle, reservation: Reservation) -> None:
+    """Refuse a job id another job holds: by its reservation or, in a workspace older than reservations,
+    by the directories it left. Reads only."""
+    fs, layout = workspace.fs, workspace.layout
+    try:
+        check_job_id(fs, layout, reservation)
+    except JobIdTaken as taken:
+        raise SubmissionError(_id_refusal(reservation.placement, taken)) from None
+    trace = job_id_traces(fs, layout, reservation.job_id)
+    if trace is not None:
+        raise SubmissionError(
+            f"cannot submit at placement {reservation.placement!r}: job id {reservation.job_id} was used by "
+            f"another job already ({trace} exists); {_FRESH_ID}"
+        )
+
+
+def _id_refusal(placement: str, taken: JobIdTaken) -> str:
+    return f"cannot submit at placement {placement!r}: {taken}; {_FRESH_ID}"
+
+
+_FRESH_ID = "choose another job id, or let submission generate a fresh one"
+
+
+# -- checks before anything is written -----------------------------------------------------------
+def job_paths(
+    workspace: WorkspaceHandle, source: str, placement: str, key: JobKey, *, staging: str | None
+) -> Iterator[tuple[str, bool]]:
+    """``(path, depends_on_placement)`` for the longest paths the job will ever use.
+
+    The payload's files below the payload directory, the staged copy, the copies an
+    attempt seeds into its workdir, and the markers of every state kind (with room for
+    any generation and record reference).
+    """
+    layout = workspace.layout
+    destination = layout.payload(placement, str(key))
+    attempt = layout.attempt_dir(key.job_id, 0, key.job_id)
+    workdirs = (f"{attempt}{'0' * ATTEMPT_PREFIX_RESERVE}/workdir", layout.persistent_workdir(key.job_id))
+    for relative in _payload_files(workspace.fs, source):
+        yield f"{destination}/{relative}", True
+        if staging is not None:
+            yield f"{staging}/{relative}", False
+        for workdir in workdirs:
+            yield f"{workdir}/{relative}", False
+    marker_name = f"{key}{'x' * MARKER_SUFFIX_RESERVE}"
+    longest_kind = max((kind.value for kind in StateKind), key=len)
+    for tree in (layout.state, layout.quarantine):
+        yield f"{tree}/{longest_kind}/{placement}/{marker_name}", True
+
+
+def _payload_files(fs: Filesystem, source: str) -> Iterator[str]:
+    """Every name below ``source``, relative to it (symlinks are not followed)."""
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        for entry in fs.scandir(f"{source}/{relative}" if relative else source):
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            yield name
+            if entry.is_dir and not entry.is_symlink:
+                pending.append(name)
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def check_path_lengths(paths: Iterator[tuple[str, bool]], placement: str) -> None:
+    """Refuse, naming the placement, a path with a component over NAME_MAX or a length over PATH_MAX."""
+    for part in placement.split("/"):
+        if _size(part) > NAME_MAX:
+            raise SubmissionError(
+                f"placement {_clip(placement)} is too long for the filesystem: its component {_clip(part)} is "
+                f"{_size(part)} bytes, more than the {NAME_MAX}-byte name limit; choose a shorter placement"
+            )
+    checked: set[str] = set()  # the same components recur in every path: check each once
+    for path, by_placement in paths:
+        for part in path.split("/"):
+            if part in checked:
+                continue
+            checked.add(part)
+            if _size(part) > NAME_MAX:
+                raise SubmissionError(
+                    f"placement {_clip(placement)}: the payload name {_clip(part)} is {_size(part)} bytes, more than "
+                    f"the {NAME_MAX}-byte name limit; rename it in the payload"
+                )
+        if _size(path) >= PATH_MAX:
+            fix = "choose a shorter placement" if by_placement else "shorten the payload's file names"
+            raise SubmissionError(
+                f"placement {_clip(placement)} is too long for the filesystem: the job would use the path "
+                f"{_clip(path)} of {_size(path)} bytes, more than the {PATH_MAX - 1}-byte path limit; "
+                f"{fix} (or use a workspace at a shorter path)"
+            )
+
+
+def _clip(text: str, keep: int = 40) -> str:
+    return repr(text) if len(text) <= 2 * keep else repr(f"{text[:keep]}...{text[-keep:]}")
+
+
+def _device(fs: Filesystem, path: str) -> int | None:
+    """The device of ``path``, or of its nearest existing ancestor; symlinked ancestors are followed."""
+    hops = 0
+    while True:
+        info = fs.lstat(path)
+        if info is None:
+            parent = posixpath.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+        elif info.is_symlink and hops < _SYMLINK_HOPS:
+            hops += 1
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(path), fs.readlink(path)))
+        else:
+            return info.device
+
+
+def _check_same_filesystem(fs: Filesystem, source: str, destination: str, root: str) -> None:
+    if _device(fs, source) != _device(fs, posixpath.dirname(destination)):
+        raise SubmissionError(_cross_device(source, root))
+
+
+def _cross_device(source: str, root: str) -> str:
+    return (
+        f"--move cannot rename {source} into the workspace at {root}: they are on different filesystems; "
+        "drop --move to copy the payload instead"
+    )
+
+
+def check_runner(workspace: WorkspaceHandle, spec: JobSpec, *, allow_missing: bool) -> str | None:
+    """Refuse a job whose workspace runner the manager would refuse at attempt start.
+
+    The manager's own rule decides (:func:`.runners.resolve_runner`, then
+    :func:`.runners.digest_mismatch`): a runner that does not resolve is refused,
+    or with ``allow_missing`` accepted with the returned warning, since it can still
+    be published before the job runs; one that resolves to other bytes is always
+    refused, naming both digests. Payload and installed runners are checked by
+    ``precheck`` and at attempt start: their files are not the workspace's.
+    """
+    if spec.runner_source != "workspace":
+        return None
+    fs, root, name = workspace.fs, workspace.root, spec.runner_path
+    publish = f"'httk workflow runner publish ./{posixpath.basename(name)} --workspace {root} --name {name}'"
+    owner = fs.lstat(root)
+    try:
+        # The account only matters to payload runners; the workspace's owner stands in.
+        found = resolve_runner(fs, workspace.layout, root, spec, (), uid=owner.uid if owner else -1)
+    except RunnerUnavailable:
+        problem = f"job.json pins workspace runner {name!r} (sha256 {spec.runner_sha256}), which {root} lacks"
+        if allow_missing:
+            return f"{problem}; publish it with {publish} before the job runs, or it fails with runner_unavailable"
+        raise SubmissionError(f"{problem}; publish it with {publish}, or submit with --allow-missing-runner") from None
+    mismatch = digest_mismatch(fs, found, spec)
+    if mismatch is None:
+        return None
+    actual = mismatch.details["actual"]
+    if found == object_path(workspace.layout, spec.runner_sha256 or "", name):
+        # Publishing never rewrites an existing object: the damaged one must go first.
+        fix = f"remove {posixpath.dirname(found)}, then publish the runner again with {publish}"
+    else:
+        fix = f"publish the pinned bytes with {publish[:-1]} --replace', or prepare the payload against sha256 {actual}"
+    raise SubmissionError(
+        f"job.json pins workspace runner {name!r} at sha256 {spec.runner_sha256}, but {root} resolves it to "
+        f"{found} with sha256 {actual} (runner_mismatch at attempt start); {fix}"
+    )
+
+
+# -- undoing a failed write ----------------------------------------------------------------------
+def missing_ancestors(fs: Filesystem, path: str) -> list[str]:
+    """The parent directories of ``path`` that do not exist yet, deepest first."""
+    missing = []
+    parent = posixpath.dirname(path)
+    while parent != posixpath.dirname(parent) and fs.lstat(parent) is None:
+        missing.append(parent)
+        parent = posixpath.dirname(parent)
+    return missing
+
+
+def _undo(
+    fs: Filesystem, source: str, destination: str, staging: str, created: list[str], *, move: bool, placed: bool,
+    release: Callable[[], None] | None = None,
+) -> None:
+    """Put everything back as it was before this submission wrote anything.
+
+    ``release`` drops the id reservation this submission made, unless the payload name
+    is now another submission's of the same job key (which won the rename and holds it).
+    """
+    if placed and move:
+        fs.rename(destination, source, durable=False)
+    elif placed:
+        fs.rmtree(destination)
+    if not move:
+        fs.rmtree(staging)
+    if release is not None and not fs.exists(destination):
+        release()
+    for directory in sorted(set(created), key=len, reverse=True):
+        try:
+            fs.rmdir(directory)
+        except OSError:
+            pass  # not empty: another submission placed a job there meanwhile
+
+
+def _write_refusal(error: OSError, source: str, placement: str, root: str, *, move: bool) -> str:
+    if move and error.errno == errno.EXDEV:
+        # Two mounts of one filesystem share a device number and still refuse a rename between them.
+        return _cross_device(source, root)
+    reason = error.strerror or str(error)
+    return f"cannot submit {source} at placement {placement!r}: {reason}; nothing was submitted"

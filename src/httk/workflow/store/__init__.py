@@ -1,0 +1,1 @@
+"""The protocol on disk: layout, markers, journal, the store, workspaces, transactions, runners."""

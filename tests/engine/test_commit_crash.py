@@ -1,0 +1,111 @@
+"""Crash a manager at every filesystem operation of a run with children, a join and data; a second finishes.
+
+Whatever the crash point: every job ends exactly once, each spawned child exists exactly once (one payload,
+one marker), the parent resumes once, and fsck finds nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from httk.workflow.domain.lifecycle import StateKind
+from httk.workflow.domain.model import JobKey
+from httk.workflow.protocol import JobSpec
+from httk.workflow.store.workspaces import WorkspaceService
+from httk.workflow.testing import SimulatedCrash, memory_manager, memory_workspace, outcome_document, scripted_runner
+from memory_support import fsck_problems, kinds
+
+CHILD_JOB = JobSpec(name="c", workflow="w", runner_path="run.sh").to_bytes()
+
+
+def scenario(points, *, join=True):
+    ports, handle, [marker] = memory_workspace(data_mode="transactional")
+    parent_id = marker.job_id
+    counter = itertools.count(1)
+    armed = [False]
+
+    def tree(launch):
+        if launch.env["HTTK_WORKFLOW_JOB_ID"] != parent_id:
+            return {"outcome.json": outcome_document()}
+        if launch.env["HTTK_WORKFLOW_STEP"] == "after":
+            return {"outcome.json": outcome_document()}
+        children, files = [], {}
+        for label in ("a", "b"):
+            key = JobKey(f"cccccccc-0000-4000-8000-{next(counter):012x}", label)
+            payload = f"jobs/{key}"
+            children.append({"label": label, "job_id": key.job_id, "job_key": str(key),
+                             "placement": "kids/x", "payload": payload})
+            files[f"children/{payload}/job.json"] = CHILD_JOB
+            files[f"children/{payload}/run.sh"] = b"#!/bin/sh\n"
+        final = outcome_document("wait", join={"step": "after", "children": []}) if join else outcome_document()
+        return {
+            "outcome.json": final,
+            "children/spawn.json": {"format": "httk-workflow-spawn", "format_version": 1, "children": children},
+            "transaction/manifest.json": {"operations": [
+                {"id": "op-0001", "op": "put", "destination": "r", "source": "files/op-0001"}]},
+            "transaction/files/op-0001": b"result",
+            **files,
+        }
+
+    publish = scripted_runner(ports.fs, tree)
+
+    def behaviour(launch):
+        status = publish(launch)
+        if not armed[0]:
+            armed[0] = True
+            ports.fs.sync_tree("/ws")
+            ports.fs.arm_crash(points)
+        return status
+
+    first = memory_manager(handle, behaviour, manager_id="m-a", lease_seconds=10.0)
+    try:
+        first.run()
+        crashed = False
+    except SimulatedCrash:
+        crashed = True
+    ports.fs.crash()
+    fresh = WorkspaceService(ports).open("/ws")
+    ports.clock.advance(1000.0)
+    memory_manager(fresh, publish, manager_id="m-b", lease_seconds=10.0).run()
+    return ports, fresh, parent_id, crashed
+
+
+def check(ports, handle, parent_id, join=True):
+    assert kinds(handle) == {"succeeded": 3}, kinds(handle)
+    assert fsck_problems(handle) == []
+    payloads = [entry.name for entry in ports.fs.scandir("/ws/kids/x")]
+    assert len(payloads) == 2, payloads
+    markers = list(handle.store.iter_markers(StateKind.SUCCEEDED))
+    assert len({marker.job_id for marker in markers}) == 3
+    notes = [entry.name for entry in ports.fs.scandir(f"/ws/.httk-workflow/joins/{parent_id}")]
+    assert len(notes) == 2, notes
+    [parent] = [marker for marker in markers if marker.job_id == parent_id]
+    frame = handle.store.read_frame(parent)
+    assert frame.data_generation == 1
+    if join:
+        assert frame.step == "after" and frame.activation_ordinal == 2
+
+
+def sweep(join=True):
+    points = 0
+    failures = []
+    while points < 600:
+        ports, handle, parent_id, crashed = scenario(points, join=join)
+        try:
+            check(ports, handle, parent_id, join)
+        except AssertionError as error:
+            failures.append((points, str(error)[:200]))
+        if not crashed:
+            break
+        points += 1
+    assert not crashed, "the sweep never reached a crash-free run"
+    assert points > 30
+    return failures
+
+
+def test_whole_run_with_children_join_and_data_survives_a_crash_at_every_operation():
+    assert sweep() == []
+
+
+def test_spawn_without_join_survives_a_crash_at_every_operation():
+    assert sweep(join=False) == []

@@ -1,0 +1,65 @@
+"""gc under policy.retention, through the in-memory filesystem and a fake clock."""
+
+from __future__ import annotations
+
+from httk.workflow.domain.lifecycle import Event, StateKind
+from httk.workflow.operations.gc import DAY, GarbageCollector
+from httk.workflow.operations.submission import submit
+from memory_support import write_payload
+
+
+def job_in(handle, events, placement="p/a"):
+    marker = submit(handle, write_payload(handle.fs, f"/src/{placement.replace('/', '_')}"), placement).marker
+    frame = handle.store.read_job(marker).frame
+    for event in events:
+        marker, frame = handle.store.transition(marker, frame, event)
+    return marker
+
+
+def attempt_dir(handle, marker):
+    path = f"{handle.layout.attempts}/{marker.job_id}/0001-x"
+    handle.fs.write_atomic(f"{path}/stdout.log", b"log\n", durable=False)
+    return path
+
+
+def test_unset_limits_keep_everything(handle, ports):
+    done = job_in(handle, [Event.REGISTER, Event.OPERATOR_CANCEL])
+    path = attempt_dir(handle, done)
+    ports.clock.advance(100 * DAY)
+    report = GarbageCollector(handle).run()
+    assert report["removed"] == [] and handle.fs.exists(path)
+
+
+def test_attempt_dirs_of_terminal_jobs_only_and_only_when_aged(handle, ports):
+    handle.set_policy("retention.attempt_control_days", 14)
+    done = job_in(handle, [Event.REGISTER, Event.OPERATOR_CANCEL], "p/a")
+    active = job_in(handle, [Event.REGISTER], "p/b")
+    done_dir, active_dir = attempt_dir(handle, done), attempt_dir(handle, active)
+    ports.clock.advance(13 * DAY)
+    assert GarbageCollector(handle).run()["removed"] == []
+    ports.clock.advance(2 * DAY)
+    dry = GarbageCollector(handle, dry_run=True).run()
+    assert [item["path"] for item in dry["removed"]] == [done_dir] and handle.fs.exists(done_dir)
+    GarbageCollector(handle).run()
+    assert not handle.fs.exists(done_dir) and handle.fs.exists(active_dir)
+    # No marker or payload was touched.
+    assert len(list(handle.store.iter_markers(StateKind.CANCELLED))) == 1
+    assert handle.store.read_job(done).spec is not None
+
+
+def test_journal_segments_referenced_by_markers_are_kept(handle, ports):
+    handle.set_policy("retention.journal_days", 1)
+    marker = job_in(handle, [Event.REGISTER, Event.OPERATOR_PAUSE])
+    ports.clock.advance(5 * DAY)
+    GarbageCollector(handle).run()
+    [paused] = list(handle.store.iter_markers(StateKind.PAUSED))
+    assert handle.store.read_frame(paused).generation == marker.generation
+
+
+def test_empty_placement_mirrors_are_pruned(handle):
+    job_in(handle, [Event.REGISTER], "deep/er/place")
+    submitted_mirror = f"{handle.layout.kind_dir(StateKind.SUBMITTED)}/deep"
+    assert handle.fs.exists(submitted_mirror)
+    GarbageCollector(handle).run()
+    assert not handle.fs.exists(submitted_mirror)
+    assert handle.fs.exists(f"{handle.layout.kind_dir(StateKind.READY)}/deep/er/place")

@@ -1,0 +1,173 @@
+"""The protocol store through the in-memory filesystem: markers, frames, damage, races."""
+
+from __future__ import annotations
+
+import pytest
+
+from httk.workflow import codec
+from httk.workflow.domain.lifecycle import Event, IllegalTransition, StateKind
+from httk.workflow.operations.submission import SubmissionError, submit
+from httk.workflow.protocol import JobSpec
+from httk.workflow.store.journal import RecordRef
+from httk.workflow.store.markers import Marker, MarkerNameError
+from httk.workflow.store.policy import PolicyError
+from httk.workflow.store.store import JobDamage, LostRace
+from httk.workflow.store.workspaces import WorkspaceError, WorkspaceService
+from memory_support import write_payload
+
+
+def submitted(handle, placement="p/a"):
+    payload = write_payload(handle.fs, "/src/payload")
+    return submit(handle, payload, placement).marker
+
+
+def test_marker_names_round_trip_with_dotted_tags():
+    marker = Marker.parse("ready", "a/b", "my.tag--00000000-0000-4000-8000-000000000001.p-5.gz.init")
+    assert marker.key.tag == "my.tag" and marker.priority == -5 and marker.generation == 35
+    assert Marker.parse("ready", "a/b", marker.name) == marker
+
+
+@pytest.mark.parametrize("name", ["x", "a.p1.g1", "k.pX.g1.init", "00000000-0000-4000-8000-000000000001.p1.g01.r"])
+def test_unparseable_marker_names(name):
+    with pytest.raises(MarkerNameError):
+        Marker.parse("ready", "a", name)
+
+
+def test_submit_then_transitions_read_back(handle):
+    marker = submitted(handle)
+    store = handle.store
+    view = store.read_job(marker)
+    assert view.frame.generation == 0 and view.spec.name == "job"
+    ready, frame = store.transition(marker, view.frame, Event.REGISTER, step="main")
+    assert ready.kind == StateKind.READY and ready.generation == 1
+    assert store.read_frame(ready) == frame
+    claimed, frame2 = store.transition(ready, frame, Event.CLAIM, owner={"manager_id": "m"})
+    assert frame2.previous_record_ref == ready.ref
+    assert [m.job_id for m in store.iter_markers(StateKind.CLAIMED)] == [marker.job_id]
+
+
+def test_lost_race_is_reported_and_changes_nothing(handle):
+    marker = submitted(handle)
+    store = handle.store
+    frame = store.read_job(marker).frame
+    store.transition(marker, frame, Event.REGISTER)
+    with pytest.raises(LostRace):
+        store.transition(marker, frame, Event.REGISTER)
+    assert [m.kind for m in store.iter_markers(StateKind.READY)] == [StateKind.READY]
+    assert list(store.iter_markers(StateKind.SUBMITTED)) == []
+
+
+def test_illegal_transition_names_kind_and_event(handle):
+    marker = submitted(handle)
+    frame = handle.store.read_job(marker).frame
+    with pytest.raises(IllegalTransition, match="'launch'.*'submitted'"):
+        handle.store.transition(marker, frame, Event.LAUNCH)
+
+
+def corrupt(handle, marker, mutate):
+    ref = RecordRef.parse(marker.ref)
+    path = f"{handle.layout.journal}/{ref.writer}/{ref.segment}.journal"
+    data = bytearray(handle.fs.read_bytes(path))
+    mutate(data, ref, path)
+
+
+@pytest.mark.parametrize(
+    ("code", "how"),
+    [
+        ("checksum_mismatch", "flip"),
+        ("short_read", "truncate"),
+        ("missing_segment", "delete"),
+        ("reference_mismatch", "wrong_prefix"),
+        ("identity_mismatch", "other_job"),
+    ],
+)
+def test_damage_codes(handle, code, how):
+    store = handle.store
+    first = submitted(handle)
+    ready, _frame = store.transition(first, store.read_job(first).frame, Event.REGISTER)
+    ref = RecordRef.parse(ready.ref)
+    path = f"{handle.layout.journal}/{ref.writer}/{ref.segment}.journal"
+    data = bytearray(handle.fs.read_bytes(path))
+    target = ready
+    if how == "flip":
+        data[ref.offset + 20] ^= 0xFF
+        handle.fs.write_atomic(path, bytes(data), durable=True)
+    elif how == "truncate":
+        handle.fs.write_atomic(path, bytes(data[: ref.offset + 10]), durable=True)
+    elif how == "delete":
+        handle.fs.remove(path)
+    elif how == "wrong_prefix":
+        target = Marker(ready.kind, ready.placement, ready.key, ready.priority, ready.generation,
+                        str(RecordRef(ref.writer, ref.segment, ref.offset, ref.length, "00000000")))
+    elif how == "other_job":
+        other = submitted(handle, "p/b")
+        target = Marker(ready.kind, other.placement, other.key, ready.priority, ready.generation, ready.ref)
+    with pytest.raises(JobDamage) as error:
+        store.read_frame(target)
+    assert error.value.code == code
+
+
+def test_journal_rotates_at_segment_bytes(ports):
+    handle = WorkspaceService(ports).init("/ws")
+    handle.set_policy("journal_segment_bytes", 4096)
+    handle = WorkspaceService(ports).open("/ws")
+    marker = submitted(handle)
+    frame = handle.store.read_job(marker).frame
+    marker, frame = handle.store.transition(marker, frame, Event.REGISTER)
+    for _ in range(12):
+        marker, frame = handle.store.transition(marker, frame, Event.OPERATOR_PAUSE if marker.kind == StateKind.READY
+                                                else Event.OPERATOR_CONTINUE)
+    segments = list(handle.fs.scandir(f"{handle.layout.journal}/{RecordRef.parse(marker.ref).writer}"))
+    assert len(segments) >= 2
+    assert handle.store.read_frame(marker).generation == marker.generation
+
+
+def test_policy_validation(handle):
+    assert handle.policy["lease_seconds"] == 900.0
+    handle.set_policy("retention.journal_days", 90)
+    assert handle.policy["retention"] == {"journal_days": 90}
+    with pytest.raises(PolicyError, match="unknown policy key 'nope'"):
+        handle.set_policy("nope", 1)
+    with pytest.raises(PolicyError, match="lease_seconds"):
+        handle.set_policy("lease_seconds", "soon")
+    with pytest.raises(PolicyError, match="retention.weeks"):
+        handle.set_policy("retention.weeks", 1)
+    document = codec.decode_object(handle.fs.read_bytes(handle.layout.format_file), "format.json")
+    assert set(document["policy"]) == {"visibility_deadline_seconds", "lease_seconds", "journal_segment_bytes",
+                                       "retention"}
+
+
+def test_settings_names_and_values(handle):
+    handle.set_setting("vasp.command", "srun vasp_std")
+    assert handle.settings() == {"vasp.command": "srun vasp_std"}
+    with pytest.raises(PolicyError, match="setting name"):
+        handle.set_setting("Bad Name", 1)
+
+
+def test_open_refuses_a_non_workspace(ports):
+    with pytest.raises(WorkspaceError, match="not an httk-workflow workspace.*workspace init"):
+        WorkspaceService(ports).open("/nowhere")
+
+
+@pytest.mark.parametrize("placement", ["../x", "/abs", ".httk-workflow/x", "a/../b", ""])
+def test_bad_placements_write_nothing(handle, placement):
+    payload = write_payload(handle.fs, "/src/payload")
+    before = handle.fs.operation_count
+    with pytest.raises(SubmissionError):
+        submit(handle, payload, placement)
+    assert handle.fs.operation_count == before
+
+
+def test_malformed_job_json_names_the_member(handle):
+    payload = write_payload(handle.fs, "/src/payload")
+    document = JobSpec(name="j", workflow="w", runner_path="r").to_document()
+    document["retry_policy"]["maximum_total_attempts"] = "many"
+    handle.fs.write_atomic(f"{payload}/job.json", codec.encode(document), durable=True)
+    with pytest.raises(SubmissionError, match=r"job.json @ \$.retry_policy.maximum_total_attempts: expected int"):
+        submit(handle, payload, "p")
+
+
+def test_move_submission_consumes_the_source(handle):
+    payload = write_payload(handle.fs, "/ws-src/payload")
+    result = submit(handle, payload, "p", move=True)
+    assert not handle.fs.exists(payload) and handle.fs.exists(f"{result.payload}/job.json")
