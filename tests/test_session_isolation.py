@@ -12,7 +12,7 @@ from httk.workflow.cli.defaults import registry_path
 
 HERE = Path(__file__).resolve().parent
 #: tests/conftest.py and the support modules it imports its shared fixtures from.
-CONFTEST_FILES = ("conftest.py", "cli_support.py", "attempt_support.py")
+CONFTEST_FILES = ("conftest.py", "cli_support.py", "attempt_support.py", "memory_support.py")
 
 ROGUE = """
 from pathlib import Path
