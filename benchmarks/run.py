@@ -3,12 +3,24 @@
 Run with ``make bench`` (or ``python benchmarks/run.py [--quick]``). Figures are
 wall-clock medians on this machine; they are measured here and recorded in
 docs/benchmarks.md, never asserted by unit tests.
+
+``--profile inspection`` measures the read commands instead (``inspection.py``): the
+start-up of ``workspace status``, ``job list`` and ``job show`` beside ``python -c
+pass`` and ``python -c "import click"``, then ``workspace status`` and ``job list
+--kind ready`` at 10,000 and 100,000 jobs and ``collect``/``workspace fsck`` at
+100,000. ``--profile million`` is the million-job profile (``million.py``; about
+half an hour and several GiB of scratch space: never in CI); ``--jobs`` changes its size.
+The default table ends with the whole-manager cases of ``e2e.py`` (Python SDK, Bash SDK
+and raw-protocol throughput beside their floors, a 2,000-child fan-out, the first launch
+beside 50,000 terminal jobs, a manager's RSS at 0 and 100,000 ready jobs);
+``--profile children-20000`` is one parent spawning and gathering 20,000 children (never in CI).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -117,10 +129,60 @@ def bench_tick_vs_history(root: Path, history: int) -> float:
     return timed(cycle, repeat=5)
 
 
+def print_rows(rows: list[tuple[str, str]]) -> None:
+    print("| benchmark | result |\n| --- | --- |")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+def profile(name: str, args: argparse.Namespace) -> None:
+    """The ``inspection``, ``million`` or ``children-20000`` profile, printed as the default one is."""
+    import inspection  # benchmarks/ is this script's directory, so its siblings import by name
+
+    scratch = Path(tempfile.mkdtemp(prefix=f"httk-{name}-", dir=args.scratch))
+    try:
+        if name == "children-20000":
+            import e2e
+
+            e2e.compile_package()
+            rows = [e2e.case_fanout(scratch, 20000)]
+        elif name == "million":
+            import million
+
+            rows = million.profile(scratch, args.jobs, 50, SUCCEED)
+        else:
+            sizes = (10_000, 100_000) if not args.quick else (10_000,)
+            rows = inspection.rows(scratch, sizes, terminal=0.9, runs=5, heavy_from=100_000)
+        print_rows(rows)  # before the removal, which takes minutes after a million jobs
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def end_to_end_rows(root: Path, quick: bool) -> list[tuple[str, str]]:
+    """The whole-manager cases of ``e2e.py``, each beside its bare-process floor measured in the same run."""
+    import e2e
+
+    e2e.compile_package()
+    count, rounds = (20, 1) if quick else (100, 3)
+    rows = [e2e.case_throughput(root, kind, count // 2 if kind == "bash" else count, rounds)
+            for kind in ("python", "bash", "raw")]
+    rows.append(e2e.case_fanout(root, 200 if quick else 2000))
+    rows.append(e2e.case_history(root, 50, 5000 if quick else 50000, rounds))
+    rows += [e2e.case_rss(root, 0), e2e.case_rss(root, 1000 if quick else 100000)]
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller counts")
+    parser.add_argument("--profile", choices=("default", "inspection", "million", "children-20000"), default="default",
+                        help="what to measure (default: the store and the manager)")
+    parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs of the million profile")
+    parser.add_argument("--scratch", help="directory for the profiles' workspaces (default: the system temp one)")
     args = parser.parse_args()
+    if args.profile != "default":
+        profile(args.profile, args)
+        return
     scale = 1 if args.quick else 4
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -135,9 +197,8 @@ def main() -> None:
         for history in (0, 20000 * scale):
             cycle = bench_tick_vs_history(root, history)
             rows.append((f"discovery cycle, {history} terminal markers", f"{cycle * 1e3:.2f} ms"))
-    print("| benchmark | result |\n| --- | --- |")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
+        rows += end_to_end_rows(root, args.quick)
+    print_rows(rows)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # httk-workflow.sh: the Bash runner SDK of httk-workflow.
 #
-# Source it from a runner (the manager exports its path):
+# Source it from a runner (the manager exports its path, as $HTTK_WORKFLOW_SHELL_LIB and,
+# for runners written for httk-workflow 2.1, as $HTTK_WORKFLOW_BASH_API):
 #
 #     source "$HTTK_WORKFLOW_SHELL_LIB"
 #     httk_workflow_runner WORKFLOW STEP...
@@ -189,6 +190,8 @@ httk_workflow_main() {
 
 httk_workflow_context() { _httk_call context "$@" || return; }
 httk_workflow_input() { _httk_call input "$@" || return; }
+# Also accepted: httk_workflow_parameter, the httk-workflow 2.1 spelling of httk_workflow_input.
+httk_workflow_parameter() { _httk_call parameter "$@" || return; }
 httk_workflow_setting() { _httk_call setting "$@" || return; }
 httk_workflow_state_get() { _httk_call state_get "$@" || return; }
 httk_workflow_declaration() { _httk_call declaration "$@" || return; }

@@ -3,8 +3,11 @@
 The checker parses the table and reports a listed Python member that does not
 exist, a listed Bash function that shell/httk-workflow.sh does not define, and a
 public member of ``Runner`` or ``Attempt``, or a public function of the Bash
-library, that has no row. It is exercised on the real table and on modified
-copies, so a checker that stopped checking would fail too.
+library, that has no row. A row marked *Also accepted (2.1 spelling) for P and
+B* is a synonym: P and B must have rows of their own, and the synonym must be
+the same object as P and call the same bridge command as B (one implementation).
+It is exercised on the real table and on modified copies, so a checker that
+stopped checking would fail too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ STEP_HANDLER = "step_<name>"
 #: Submodules a Python cell may spell; a bare name is a root export or a type of the SDK modules.
 SUBMODULES = ("protocol", "runtime", "runtime_utils", "supervision", "sdk", "outcome")
 SDK_MODULES = ("sdk", "runtime", "protocol", "outcome")
+SYNONYM = re.compile(r"^Also accepted \(2\.1 spelling\) for (?P<python>[\w.]+)(?: and (?P<bash>httk_\w+))?:")
 
 
 def table_rows(markdown: str) -> list[list[str]]:
@@ -80,6 +84,45 @@ def bash_functions(lib: Path) -> set[str]:
     return {name for name in names if not name.startswith("_httk_")}
 
 
+def bridge_command(lib: Path, function: str) -> str:
+    """The bridge command a library function calls (``_httk_call COMMAND``), as Bash prints its body."""
+    body = subprocess.run(
+        ["bash", "-c", 'source "$1" && declare -f "$2"', "bash", str(lib), function],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    match = re.search(r"_httk_call (\w+)", body)
+    return match.group(1) if match else ""
+
+
+def synonym_problems(rows: list[list[str]], lib: Path) -> list[str]:
+    """Each synonym row names primaries with rows of their own, and is the very same implementation."""
+    from httk.workflow.shell_bridge import COMMANDS
+
+    found: list[str] = []
+    primary_rows = [row for row in rows if not SYNONYM.match(row[2])]
+    python_cells = {row[0] for row in primary_rows}
+    bash_cells = {row[1].split()[0] for row in primary_rows}
+    for python, bash, semantics, _artifact in rows:
+        match = SYNONYM.match(semantics)
+        if match is None:
+            continue
+        primary, primary_bash = match["python"], match["bash"]
+        if primary not in python_cells:
+            found.append(f"synonym {python} names {primary}, which has no row of its own")
+        elif resolve(python) is not resolve(primary):
+            found.append(f"synonym {python} is not the same member as {primary}")
+        if primary_bash is None:
+            continue
+        function = bash.split()[0]
+        if primary_bash not in bash_cells:
+            found.append(f"synonym {function} names {primary_bash}, which has no row of its own")
+            continue
+        ours, theirs = bridge_command(lib, function), bridge_command(lib, primary_bash)
+        if not ours or COMMANDS.get(ours) is None or COMMANDS.get(ours) is not COMMANDS.get(theirs):
+            found.append(f"synonym {function} does not call the bridge command of {primary_bash}")
+    return found
+
+
 def public_members(cls: type) -> set[str]:
     return {name for name in vars(cls) if not name.startswith("_")}
 
@@ -111,7 +154,7 @@ def problems(markdown: str, lib: Path = LIB) -> list[str]:
                 found.append(f"{cls.__name__}.{member} has no row")
     for function in sorted(defined - bash_cells):
         found.append(f"Bash function {function} has no row")
-    return found
+    return found + synonym_problems(rows, lib)
 
 
 def test_the_table_and_the_code_agree():
@@ -120,7 +163,14 @@ def test_the_table_and_the_code_agree():
 
 def test_the_table_has_the_specified_shape():
     rows = table_rows(TABLE.read_text(encoding="utf-8"))
-    assert len(rows) == 58
+    assert len(rows) == 62
+    synonyms = [row[:2] for row in rows if SYNONYM.match(row[2])]
+    assert synonyms == [
+        ["Attempt.parameters", "httk_workflow_parameter"],
+        ["Attempt.parameter", "httk_workflow_parameter"],
+        ["protocol.JobSpec", "httk_workflow_job_prepare"],
+        ["ChildSpec", "httk_workflow_spawn --step"],
+    ]
     assert rows[0][:2] == ["Runner", "httk_workflow_runner"]
     # Rows without a Bash function name the environment variable Bash reads instead, where there is one.
     assert ["Attempt.control", ABSENT] == rows[12][:2] and "$HTTK_WORKFLOW_CONTROL_DIR" in rows[12][3]
@@ -154,6 +204,29 @@ def test_the_checker_catches_an_undocumented_bash_function(tmp_path):
         encoding="utf-8",
     )
     assert problems(TABLE.read_text(encoding="utf-8"), lib) == ["Bash function httk_workflow_extra has no row"]
+
+
+def test_the_checker_catches_a_synonym_that_is_a_second_implementation(tmp_path):
+    markdown = TABLE.read_text(encoding="utf-8")
+    # A Python synonym that is another member, and one whose primary has no row.
+    wrong = markdown.replace("for `Attempt.input` and", "for `Attempt.setting` and").replace(
+        "for `Attempt.inputs` and", "for `Attempt.snooze` and"
+    )
+    assert problems(wrong) == [
+        "synonym Attempt.parameters names Attempt.snooze, which has no row of its own",
+        "synonym Attempt.parameter is not the same member as Attempt.setting",
+    ]
+    # A Bash synonym with a body of its own instead of the primary's bridge command.
+    lib = tmp_path / "httk-workflow.sh"
+    lib.write_text(
+        LIB.read_text(encoding="utf-8").replace(
+            "httk_workflow_parameter() { _httk_call parameter", "httk_workflow_parameter() { _httk_call setting"
+        ),
+        encoding="utf-8",
+    )
+    assert problems(markdown, lib) == [
+        "synonym httk_workflow_parameter does not call the bridge command of httk_workflow_input"
+    ] * 2
 
 
 def test_resolve_reaches_root_exports_submodules_and_attrs_fields():

@@ -4,7 +4,10 @@
 - ``store/``, ``engine/`` and ``operations/`` never import adapters, the CLI, the composition
   root, or I/O modules; ``store/`` imports neither ``engine/`` nor ``operations/``, and
   ``engine/`` does not import ``operations/`` (the rooms depend inward only).
+- No module of ``engine/`` but the loop itself imports ``engine.manager``: a pass receives a
+  ``TickContext`` (``engine/context.py``), never the manager, so each one can be built alone.
 - ``dependency_injector`` appears only in ``bootstrap``, ``cli/`` and ``testing``.
+- ``cattrs`` appears only in ``codec``: its one converter structures every document.
 - ``time``, ``subprocess`` and ``socket`` appear only in adapters (and the CLI); a runner-side
   module may import ``subprocess`` only where it starts the program a step asked for.
 - Publication and process-group primitives (``os.rename``/``replace``/``link``/``fsync``,
@@ -126,12 +129,62 @@ def test_services_use_ports_only(name: str, path: Path) -> None:
             assert not module.startswith(f"httk.workflow.{room}"), f"{name} imports {module}: {room}/ is an outer room"
 
 
+ENGINE = [item for item in ALL if item[0].startswith("engine.")]
+
+
+def manager_importers(modules: Mapping[str, set[str]]) -> list[str]:
+    """The ``engine/`` modules other than the loop that import ``engine.manager`` (by any spelling)."""
+    return [name for name, imported in modules.items()
+            if name.startswith("engine.") and name != "engine.manager"
+            and any(module == "httk.workflow.engine.manager" or module.startswith("httk.workflow.engine.manager.")
+                    for module in imported)]
+
+
+@pytest.mark.parametrize(("name", "path"), ENGINE, ids=lambda v: str(v))
+def test_no_pass_imports_the_manager(name: str, path: Path) -> None:
+    assert manager_importers({name: imports_of(path, name)}) == [], (
+        f"{name} imports engine.manager; a pass receives the TickContext (engine/context.py) instead")
+
+
+def test_the_manager_import_rule_can_fail(tmp_path: Path) -> None:
+    sources = {
+        "engine.waiting": "from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
+                          "if TYPE_CHECKING:\n    from .manager import Manager\n",
+        "engine.launching": "from . import manager\n",
+        "engine.recovery": "import httk.workflow.engine.manager as m\n",
+        "engine.draining": "from .context import TickContext\n",
+        "engine.manager": "from .waiting import WaitingPass\n",
+        "operations.debug": "from ..engine.manager import Manager\n",
+    }
+    found = {}
+    for name, source in sources.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(source, encoding="utf-8")
+        found[name] = imports_of(path, name)
+    assert manager_importers(found) == ["engine.waiting", "engine.launching", "engine.recovery"]
+
+
 @pytest.mark.parametrize(("name", "path"), ALL, ids=lambda v: str(v))
 def test_dependency_injector_only_at_the_root(name: str, path: Path) -> None:
     allowed = name == "bootstrap" or name.startswith(("cli.", "testing"))
     for module in imports_of(path, name):
         if module.split(".")[0] == "dependency_injector":
             assert allowed, f"{name} imports dependency_injector; only bootstrap, cli/ and testing may"
+
+
+@pytest.mark.parametrize(("name", "path"), ALL, ids=lambda v: str(v))
+def test_cattrs_only_in_codec(name: str, path: Path) -> None:
+    # One converter structures every document: a second one would drift in its hooks and messages.
+    if name == "codec":
+        return
+    for module in imports_of(path, name):
+        assert module.split(".")[0] != "cattrs", f"{name} imports {module}; documents go through codec.converter()"
+
+
+def test_the_cattrs_rule_can_fail(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from cattrs.gen import make_dict_structure_fn\n", encoding="utf-8")
+    assert "cattrs.gen" in imports_of(bad, "protocol")
 
 
 @pytest.mark.parametrize(("name", "path"), ALL, ids=lambda v: str(v))

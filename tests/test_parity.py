@@ -15,6 +15,7 @@ job keys, attempt ids, the workspace root, the runner reference) and timestamps
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import tempfile
@@ -177,25 +178,34 @@ httk_workflow_main "$@"
 """
 
 
-def run_campaign(root: Path, runner_text: str, runner_name: str) -> Workspace:
-    """Publish the runner, submit the campaign job, and run a real manager until it is idle."""
+def run_campaign(root: Path, runner_text: str, runner_name: str, members: dict[str, Any] | None = None) -> Workspace:
+    """Publish the runner, submit the campaign job, and run a real manager until it is idle.
+
+    ``members`` replace the parity campaign's own JobSpec members (``parameters`` its ``inputs``).
+    """
     workspace = Workspace.init(root)
     source = root.parent / f"{root.name}-{runner_name}"
     source.write_text(runner_text, encoding="utf-8")
     reference = workspace.publish_runner(source, name=f"parity/{runner_name}")
+    spec: dict[str, Any] = {
+        "name": "Parity campaign",
+        "workflow": "parity",
+        "initial_step": "start",
+        "inputs": {"items": 3},
+        "data_mode": "transactional",
+        "tag": "campaign",
+    }
+    if members and "parameters" in members:
+        del spec["inputs"]
+    spec.update(members or {})
     with tempfile.TemporaryDirectory() as scratch:
         payload = prepare_job_payload(
             Path(scratch) / "campaign",
             JobSpec(
-                name="Parity campaign",
-                workflow="parity",
                 runner_source="workspace",
                 runner_path=str(reference["path"]),
                 runner_sha256=str(reference["sha256"]),
-                initial_step="start",
-                inputs={"items": 3},
-                data_mode="transactional",
-                tag="campaign",
+                **spec,
             ),
         )
         (payload / "input.txt").write_text("structure\n", encoding="utf-8")
@@ -327,3 +337,218 @@ def test_both_languages_left_the_same_files_byte_for_byte(campaigns):
     assert sorted(bash) == sorted(python)
     different = [name for name in python if python[name] != bash[name]]
     assert different == [], {name: (python[name], bash[name]) for name in different}
+
+
+# --------------------------------------------------------------------------- the httk-workflow 2.1 spellings
+
+SEED_PYTHON = """\
+from httk.workflow import ChildSpec, Runner
+
+run = Runner("greeter")
+
+
+@run.step
+def start(a):
+    a.log.append("note", f"{a.input('greeting')}: one child")
+    a.spawn(ChildSpec(step="work", inputs={"name": "alpha", "size": 2}), label="kid")
+    a.gather("collect")
+
+
+@run.step
+def collect(a):
+    a.advance("done", state={"child": a.children["kid"].label, "greeting": a.input("greeting"),
+                             "level": a.inputs["level"], "missing": a.input("missing", "none")})
+
+
+@run.step
+def done(a):
+    a.log.append("note", f"done after {a.state['child']}")
+    a.succeed()
+
+
+@run.step
+def work(a):
+    a.advance("finish", state={"name": a.input("name"), "size": a.input("size")})
+
+
+@run.step
+def finish(a):
+    a.log.append("note", f"{a.state['name']} finished")
+    a.succeed()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run.main())
+"""
+
+#: The same runner as SEED_PYTHON, written in the httk-workflow 2.1 spellings.
+SPELLED_21_PYTHON = """\
+from httk.workflow import ChildSpec, Runner
+
+run = Runner("greeter")
+
+
+@run.step
+def start(a):
+    a.log.append("note", f"{a.parameter('greeting')}: one child")
+    a.spawn(ChildSpec(step="work", parameters={"name": "alpha", "size": 2}), label="kid")
+    a.gather("collect")
+
+
+@run.step
+def collect(a):
+    a.advance("done", state={"child": a.children["kid"].label, "greeting": a.parameter("greeting"),
+                             "level": a.parameters["level"], "missing": a.parameter("missing", "none")})
+
+
+@run.step
+def done(a):
+    a.log.append("note", f"done after {a.state['child']}")
+    a.succeed()
+
+
+@run.step
+def work(a):
+    a.advance("finish", state={"name": a.parameter("name"), "size": a.parameter("size")})
+
+
+@run.step
+def finish(a):
+    a.log.append("note", f"{a.state['name']} finished")
+    a.succeed()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run.main())
+"""
+
+SEED_BASH = r"""#!/usr/bin/env bash
+set -euo pipefail
+source "$HTTK_WORKFLOW_SHELL_LIB"
+
+httk_workflow_runner greeter start collect done work finish
+
+step_start() {
+    httk_workflow_runlog_note note "$(httk_workflow_input greeting): one child"
+    httk_workflow_spawn --label kid --step work --input 'name="alpha"' --input 'size=2' >/dev/null
+    httk_workflow_gather collect
+}
+
+step_collect() {
+    local child greeting level missing
+    child=$(httk_workflow_child kid label)
+    greeting=$(httk_workflow_input greeting)
+    level=$(httk_workflow_input level)
+    missing=$(httk_workflow_input missing none)
+    httk_workflow_advance done --state \
+        "{\"child\": \"$child\", \"greeting\": \"$greeting\", \"level\": $level, \"missing\": \"$missing\"}"
+}
+
+step_done() {
+    httk_workflow_runlog_note note "done after $(httk_workflow_state_get child)"
+    httk_workflow_succeed
+}
+
+step_work() {
+    local name size
+    name=$(httk_workflow_input name)
+    size=$(httk_workflow_input size)
+    httk_workflow_advance finish --state "{\"name\": \"$name\", \"size\": $size}"
+}
+
+step_finish() {
+    httk_workflow_runlog_note note "$(httk_workflow_state_get name) finished"
+    httk_workflow_succeed
+}
+
+httk_workflow_main "$@"
+"""
+
+#: The same runner as SEED_BASH, written in the httk-workflow 2.1 spellings.
+SPELLED_21_BASH = r"""#!/usr/bin/env bash
+set -euo pipefail
+source "$HTTK_WORKFLOW_BASH_API"
+
+httk_workflow_runner greeter start collect done work finish
+
+step_start() {
+    httk_workflow_runlog_note "$(httk_workflow_parameter greeting): one child"
+    httk_workflow_spawn --label kid --step work --input name=alpha --input size=2 >/dev/null
+    httk_workflow_gather collect
+}
+
+step_collect() {
+    httk_workflow_advance done --state "child=$(httk_workflow_child kid label)" \
+        --state "greeting=$(httk_workflow_parameter greeting)" --state "level=$(httk_workflow_parameter level)" \
+        --state "missing=$(httk_workflow_parameter missing none)"
+}
+
+step_done() {
+    httk_workflow_runlog_note "done after $(httk_workflow_state_get child)"
+    httk_workflow_succeed
+}
+
+step_work() {
+    httk_workflow_advance finish --state "name=$(httk_workflow_parameter name)" \
+        --state "size=$(httk_workflow_parameter size)"
+}
+
+step_finish() {
+    httk_workflow_runlog_note "$(httk_workflow_state_get name) finished"
+    httk_workflow_succeed
+}
+
+httk_workflow_main "$@"
+"""
+
+GREETER = {"name": "Greeter", "workflow": "greeter", "data_mode": "none", "tag": "greeter"}
+GREETER_INPUTS = {"greeting": "hello", "level": 3}
+
+
+@pytest.fixture(scope="module")
+def spellings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The greeter job run four times: seed and 2.1 spellings, each in Python and in Bash."""
+    base = tmp_path_factory.mktemp("spellings")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("HTTK_WORKFLOW_PYTHON", sys.executable)
+    patch.delenv("HTTK_WORKFLOW_BASH_API", raising=False)  # only the manager may provide it
+    seed = {**GREETER, "inputs": GREETER_INPUTS}
+    spelled = {**GREETER, "parameters": GREETER_INPUTS}  # JobSpec(parameters=...), the 2.1 keyword
+    try:
+        return {
+            "seed-python": snapshot(run_campaign(base / "seed-python", SEED_PYTHON, "run.py", seed)),
+            "2.1-python": snapshot(run_campaign(base / "21-python", SPELLED_21_PYTHON, "run.py", spelled)),
+            "seed-bash": snapshot(run_campaign(base / "seed-bash", SEED_BASH, "run.sh", seed)),
+            "2.1-bash": snapshot(run_campaign(base / "21-bash", SPELLED_21_BASH, "run.sh", spelled)),
+        }
+    finally:
+        patch.undo()
+
+
+def test_the_greeter_ran_as_designed(spellings):
+    seed = spellings["seed-python"]
+    assert {tag: kind for tag, kind, *_ in seed["markers"]} == {"greeter": "succeeded", "kid": "succeeded"}
+    files = seed["files"]
+    parent, child = "payloads/parity/greeter--<job greeter>", "payloads/parity/kid--<job kid>"
+    assert json.loads(files[f"{parent}/.httk-job/state.json"]) == {
+        "child": "kid", "greeting": "hello", "level": 3, "missing": "none"
+    }
+    assert json.loads(files[f"{child}/.httk-job/state.json"]) == {"name": "alpha", "size": 2}
+    assert json.loads(files[f"{child}/job.json"])["inputs"] == {"name": "alpha", "size": 2}
+    assert json.loads(files[f"{parent}/job.json"])["inputs"] == GREETER_INPUTS
+    notes = [json.loads(line) for line in files["workdirs/greeter/.httk-runner/runlog.jsonl"].splitlines()]
+    assert [(note["label"], note["message"]) for note in notes] == [
+        ("note", "hello: one child"), ("note", "done after kid")
+    ]
+
+
+@pytest.mark.parametrize("variant", ["2.1-python", "seed-bash", "2.1-bash"])
+def test_runners_in_the_2_1_spellings_publish_the_seed_spelled_bytes(spellings, variant):
+    """Outcomes, job state, the child's job.json, run logs, markers and frames: equal byte for byte."""
+    seed, other = spellings["seed-python"], spellings[variant]
+    assert other["markers"] == seed["markers"]
+    assert other["frames"] == seed["frames"]
+    assert sorted(other["files"]) == sorted(seed["files"])
+    different = [name for name in seed["files"] if seed["files"][name] != other["files"][name]]
+    assert different == [], {name: (seed["files"][name], other["files"][name]) for name in different}
+    assert any(name.endswith("outcome.ready/outcome.json") for name in seed["files"])

@@ -21,9 +21,11 @@ from httk.workflow.ports import ProcessIdentity
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
-@pytest.fixture(params=[True, False], ids=["pidfd", "no-pidfd"])
+@pytest.fixture(params=[(True, True), (False, True), (True, False)], ids=["pidfd", "no-pidfd", "fork"])
 def control(request) -> LocalProcessControl:
-    return LocalProcessControl(use_pidfd=request.param)
+    # "fork": every launch takes the fork, as one that cannot be spawned does.
+    use_pidfd, use_spawn = request.param
+    return LocalProcessControl(use_pidfd=use_pidfd, use_spawn=use_spawn)
 
 
 @pytest.fixture
@@ -252,3 +254,60 @@ def test_dropping_an_unreleased_process_abandons_its_gate(control, tmp_path):
     identity = launch(control, tmp_path, ["touch", "ran"]).identity  # the object is dropped at once
     assert eventually(lambda: control.is_alive(identity) is False)  # reaped by is_alive
     assert not (tmp_path / "ran").exists()
+
+
+def _gate_program(pid: int) -> bytes:
+    """What the gated child is running: the gate shell (spawned) or this interpreter (forked)."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+
+
+def test_an_ordinary_runner_is_spawned_behind_the_gate_shell(pidfd_control, tmp_path):
+    process = launch(pidfd_control, tmp_path, ["sh", "-c", "touch ran"])
+    assert _gate_program(process.identity.pid) == b"/bin/sh"
+    assert os.getpgid(process.identity.pid) == process.identity.pid
+    assert process.wait(0.2) is None and not (tmp_path / "ran").exists()
+    process.release()
+    assert process.wait(10) == 0 and (tmp_path / "ran").exists()
+
+
+def test_a_script_without_a_shebang_is_refused_not_run_as_a_shell_script(pidfd_control, tmp_path):
+    # execve refuses it (ENOEXEC); a shell would run it as a script, so it takes the fork, which reports.
+    script = tmp_path / "runner"
+    script.write_text("touch ran\n")
+    script.chmod(0o755)
+    process = launch(pidfd_control, tmp_path, [str(script)])
+    assert _gate_program(process.identity.pid) != b"/bin/sh"
+    process.release()
+    assert process.wait(10) == GATE_CLOSED_STATUS
+    assert not (tmp_path / "ran").exists()
+    assert "Exec format error" in (tmp_path / "err.log").read_text()
+
+
+def test_names_a_shell_would_drop_and_pwd_reach_the_runner_exactly(control, tmp_path):
+    env = {"PATH": ENV["PATH"], "BASH_FUNC_module%%": "() {  true\n}", "PWD": "/somewhere/else"}
+    process = launch(control, tmp_path, ["env"], env=env)
+    process.release()
+    assert process.wait(10) == 0
+    output = (tmp_path / "out.log").read_text()
+    assert sorted(output.replace("\n}", "}").splitlines()) == sorted(
+        f"{key}={value}".replace("\n}", "}") for key, value in env.items())
+    env = {"PATH": ENV["PATH"], "PWD": "/given", "OLDPWD": "/older"}
+    (tmp_path / "out.log").unlink()
+    process = launch(control, tmp_path, ["env"], env=env)
+    process.release()
+    assert process.wait(10) == 0
+    assert sorted((tmp_path / "out.log").read_text().splitlines()) == sorted(f"{k}={v}" for k, v in env.items())
+
+
+def test_an_inheritable_descriptor_of_the_manager_does_not_reach_the_runner(control, tmp_path):
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    try:
+        probe = f"test -e /proc/$$/fd/{write_end} && echo leaked || echo closed"
+        process = launch(control, tmp_path, ["sh", "-c", probe])
+        process.release()
+        assert process.wait(10) == 0
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert (tmp_path / "out.log").read_text() == "closed\n"

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from httk.workflow.bootstrap import Container
 from httk.workflow.domain.lifecycle import Event
 from httk.workflow.store.journal import RecordRef, segment_path
 
@@ -25,8 +24,9 @@ def tree(path: str | Path) -> dict[str, bytes | None]:
 
 
 @pytest.fixture
-def handle(workspace):
-    return Container().workspaces().open(workspace)
+def handle(cli, workspace):
+    """The workspace through the CLI's own container (the one its commands use)."""
+    return cli.container.workspaces().open(workspace)
 
 
 @pytest.fixture

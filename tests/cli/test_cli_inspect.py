@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from httk.workflow.bootstrap import Container
+from httk.workflow.domain.frames import ChildRef, JoinRecord
 from httk.workflow.domain.lifecycle import Event
+from httk.workflow.domain.model import Failure
 from httk.workflow.store.journal import RecordRef, segment_path
 
 
 @pytest.fixture
-def handle(workspace):
-    return Container().workspaces().open(workspace)
+def handle(cli, workspace):
+    """The workspace through the CLI's own container (the one its commands use)."""
+    return cli.container.workspaces().open(workspace)
 
 
 def advance(handle, key, *steps):
@@ -46,13 +48,8 @@ def submitted(cli, workspace, payload):
 
 def test_show_a_waiting_job_with_children(cli, workspace, handle, submitted):
     done, pending = str(uuid.uuid4()), str(uuid.uuid4())
-    join = {
-        "step": "gather",
-        "when": "all_succeeded",
-        "count": None,
-        "on_impossible": None,
-        "children": [{"label": "c1", "job_key": f"c1--{done}"}, ["c2", pending]],
-    }
+    join = JoinRecord(step="gather", children=(ChildRef("c1", done, f"c1--{done}", "p/c"),
+                                               ChildRef("c2", pending, pending, "p/c")))
     marker = advance(
         handle,
         submitted,
@@ -79,7 +76,7 @@ def test_show_a_waiting_job_with_children(cli, workspace, handle, submitted):
 
 
 def test_show_and_log_a_failed_job(cli, workspace, handle, submitted):
-    failure = {"code": "boom", "message": "it broke", "details": {}, "retryable": False}
+    failure = Failure("boom", "it broke")
     advance(
         handle,
         submitted,
@@ -90,7 +87,8 @@ def test_show_and_log_a_failed_job(cli, workspace, handle, submitted):
         (Event.COMMIT_FAIL, {"failure": failure, "reason": "runner failed"}),
     )
     report = cli.json("job", "show", workspace, submitted)
-    assert report["kind"] == "failed" and report["failure"] == failure
+    assert report["kind"] == "failed"
+    assert report["failure"] == {"code": "boom", "message": "it broke", "details": {}, "retryable": False}
     assert "boom: it broke" in cli("job", "show", workspace, submitted).stdout
     entries = cli.json("job", "log", workspace, submitted)
     assert [entry["event"] for entry in entries] == [

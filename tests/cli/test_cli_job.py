@@ -63,11 +63,12 @@ def test_submit_names_the_malformed_member(cli, workspace, payload):
     assert tree(workspace) == before
 
 
-def test_submit_needs_one_or_two_positionals(cli, workspace, payload):
+def test_submit_needs_a_payload_and_takes_more_as_a_batch(cli, workspace, payload):
     result = cli("job", "submit", "--placement", "p", code=2)
     assert "expected [WORKSPACE] PAYLOAD" in result.output
+    # Three positionals are WORKSPACE PAYLOAD PAYLOAD (a batch): the one that is no payload refuses it.
     result = cli("job", "submit", workspace, str(payload), "extra", "--placement", "p", code=2)
-    assert "got 3 arguments" in result.output
+    assert "extra: not a payload directory" in result.output and "none of the 2 was submitted" in result.output
 
 
 @pytest.fixture

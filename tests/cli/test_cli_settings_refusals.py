@@ -17,6 +17,7 @@ import pytest
 
 from httk.workflow import codec
 from httk.workflow.adapters.batch import slurm
+from httk.workflow.adapters.transport_local import LocalTransport
 from httk.workflow.bootstrap import default_container
 from httk.workflow.ports import BatchSystemError
 from httk.workflow.protocol import JobSpec
@@ -98,9 +99,9 @@ def test_the_run_time_check_is_the_same_validator():
     # A settings.json written by hand still meets the directive rule when the script is composed.
     for name, value in [("slurm.cpus_per_task", 0), ("slurm.time_limit", "tomorrow")]:
         with pytest.raises(BatchSystemError) as at_set:
-            slurm.check_setting(name, value)
+            slurm.SlurmBatchSystem.check_setting(name, value)
         with pytest.raises(BatchSystemError) as at_run:
-            slurm.compose_script("/ws", {name: value}, [], ["httk"])
+            slurm.SlurmBatchSystem(LocalTransport()).compose_script("/ws", {name: value}, [], ["httk"])
         assert str(at_set.value) == str(at_run.value)
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from httk.workflow.domain.budgets import Start, counters_of, may_start
-from httk.workflow.domain.frames import StateFrame
+from httk.workflow.domain.frames import JoinRecord, StateFrame
 from httk.workflow.domain.lifecycle import TERMINAL_KINDS, TRANSITIONS, Event, StateKind
 from httk.workflow.domain.model import RetryPolicy
 from httk.workflow.domain.requests import ACTIONS, plan_request
@@ -97,7 +97,7 @@ def test_an_unreadable_definition_refuses_what_needs_the_budget() -> None:
 
 # --- the other states ---------------------------------------------------------------------------
 def test_a_paused_waiting_job_resumes_its_join_without_a_budget_check() -> None:
-    paused = frame(StateKind.PAUSED, join={"step": "gather", "children": []}, total_attempts=1)
+    paused = frame(StateKind.PAUSED, join=JoinRecord(step="gather"), total_attempts=1)
     plan = plan_request("continue", StateKind.PAUSED, paused, ONE_ATTEMPT)
     assert plan.event == Event.OPERATOR_RESUME_WAIT
 

@@ -52,7 +52,7 @@ DYING_MANAGER = textwrap.dedent(
             return super().copy_tree(source, destination, durable=durable)
 
     container = Container()
-    container.fs.override(providers.Object(DiesInSecondOperation()))
+    container.override_providers(fs=providers.Object(DiesInSecondOperation()))
     handle = container.workspaces().open(sys.argv[1])
     build_manager(container, handle, ManagerConfig(workers=1, lease_seconds=1.0)).run()
     """

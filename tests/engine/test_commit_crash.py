@@ -41,7 +41,7 @@ def scenario(points, *, join=True):
         return {
             "outcome.json": final,
             "children/spawn.json": {"format": "httk-workflow-spawn", "format_version": 1, "children": children},
-            "transaction/manifest.json": {"operations": [
+            "transaction/manifest.json": {"format": "httk-workflow-transaction", "format_version": 1, "operations": [
                 {"id": "op-0001", "op": "put", "destination": "r", "source": "files/op-0001"}]},
             "transaction/files/op-0001": b"result",
             **files,

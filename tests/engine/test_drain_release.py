@@ -104,7 +104,7 @@ def test_a_group_that_cannot_be_verified_gone_is_left_to_lease_recovery():
     # Not given back: a second writer could join the survivor. The job stays as the drain found it.
     assert kinds(handle) == {"running": 1}
     _marker, frame = current(handle, StateKind.RUNNING)
-    assert frame.event == Event.LAUNCH and frame.owner["manager_id"] == "m-a" and frame.total_attempts == 1
+    assert frame.event == Event.LAUNCH and frame.owner.manager_id == "m-a" and frame.total_attempts == 1
     assert ports.clock.monotonic() - started >= KILL_SETTLE_SECONDS
     assert (proc.processes[0].identity.pgid, "9") in proc.signals
     assert first.running == {}
@@ -130,7 +130,7 @@ def test_a_failure_published_during_the_drain_is_charged_as_today():
     # The runner's own answer stands: a retry under a one-attempt budget fails the job.
     assert kinds(handle) == {"failed": 1}
     _marker, frame = current(handle, StateKind.FAILED)
-    assert frame.failure["code"] == "attempts_exhausted"
+    assert frame.failure.code == "attempts_exhausted"
 
 
 def test_a_pause_deferred_to_the_drained_attempt_takes_effect():
@@ -153,4 +153,4 @@ def test_an_attempt_that_ended_on_its_own_before_the_signal_is_not_drained():
     first.tick()
     assert kinds(handle) == {"failed": 1}
     _marker, frame = current(handle, StateKind.FAILED)
-    assert frame.failure["code"] == "runner_exit" and frame.total_attempts == 1
+    assert frame.failure.code == "runner_exit" and frame.total_attempts == 1

@@ -8,7 +8,7 @@ disk) is skipped like an unparseable one, so the child counts as still active.
 from __future__ import annotations
 
 from httk.workflow import codec
-from httk.workflow.domain.frames import StateFrame
+from httk.workflow.domain.frames import ChildRef, JoinRecord, StateFrame
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.engine.commit import read_notes
 from httk.workflow.engine.waiting import ACTIVE_CHILD, child_kinds
@@ -20,11 +20,11 @@ CHILDREN = {label: f"00000000-0000-4000-8000-00000000000{n}" for n, label in enu
 
 
 def _waiting_frame() -> StateFrame:
-    children = [{"label": label, "job_id": job_id, "job_key": job_id, "placement": "kids"}
-                for label, job_id in CHILDREN.items()]
+    children = tuple(ChildRef(label=label, job_id=job_id, job_key=job_id, placement="kids")
+                     for label, job_id in CHILDREN.items())
     return StateFrame(workspace_id="w", job_id=PARENT, job_key=PARENT, placement="p", generation=3,
                       kind=StateKind.WAITING, event="commit_wait", previous_record_ref=None, created_at=0.0,
-                      priority=0, step="main", join={"step": "after", "when": "all_terminal", "children": children})
+                      priority=0, step="main", join=JoinRecord(step="after", when="all_terminal", children=children))
 
 
 def test_a_note_naming_no_terminal_kind_counts_as_no_note():

@@ -64,7 +64,7 @@ def test_a_committing_job_whose_manager_died_is_committed_once_by_the_next():
     ports, handle, _ = memory_workspace()
     first = memory_manager(handle, manager_id="m-a", lease_seconds=10.0)
     proc = first.proc
-    first.commit = lambda *args, **kwargs: None  # dies between PUBLISH and the commit
+    first.committer.commit = lambda *args, **kwargs: None  # dies between PUBLISH and the commit
     first.run()
     assert kinds(handle) == {"committing": 1}
     first.heartbeat(force=True)  # the owner looks alive again (its lease is not expired)
@@ -114,7 +114,7 @@ def test_a_claim_whose_manager_died_before_the_launch_is_released_with_its_attem
     [ready] = list(handle.store.iter_markers(StateKind.READY))
     frame = handle.store.read_frame(ready)
     # The claim as the launcher makes it; then the manager dies before it launches anything.
-    handle.store.transition(ready, frame, Event.CLAIM, owner=first.owner_record(), attempt_id=ports.ids.new_id(),
+    handle.store.transition(ready, frame, Event.CLAIM, owner=first.ctx.owner_record(), attempt_id=ports.ids.new_id(),
                             attempt_ordinal=frame.attempt_ordinal + 1, total_attempts=frame.total_attempts + 1,
                             activation_id=frame.activation_id, activation_ordinal=max(frame.activation_ordinal, 1))
     ports.clock.advance(1000.0)

@@ -34,7 +34,7 @@ def run_with(tree_for_parent, *, data_mode="none"):
 def failed_with(handle, code):
     assert kinds(handle).get("failed") == 1, kinds(handle)
     frame = frame_of(handle, StateKind.FAILED)
-    assert frame.failure["code"] == code, frame.failure
+    assert frame.failure.code == code, frame.failure
 
 
 def spawn_tree(child: dict, *, payload_job=CHILD_JOB, action="wait"):

@@ -6,7 +6,7 @@ import pytest
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.engine.requests import publish_request
+from httk.workflow.operations.requests import publish_request
 from httk.workflow.testing import FakeProcessControl, memory_manager, memory_workspace, scripted_runner
 from memory_support import kinds
 

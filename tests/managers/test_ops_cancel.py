@@ -20,7 +20,7 @@ def _running_group(ops, job):
     """Wait until the runner of ``job`` has started; its recorded process group."""
     ops.wait_kind(job, "running")
     ops.wait_until(lambda: (ops.workdir(job) / "started").exists(), 30, "the runner to start")
-    pgid = ops.frame(job).process["pgid"]
+    pgid = ops.frame(job).process.pgid
     assert ops.group_members(pgid), "the runner's process group is not alive"
     return pgid
 
@@ -74,7 +74,7 @@ def test_a_second_manager_finishes_a_cancellation_its_dead_owner_left(ops):
     # Manager 1 waits a long grace before SIGKILL, so it is killed while the job is still cancelling.
     first = ops.start_script(workers=1, kill_grace=300.0, lease_seconds=1.0)
     pgid = _running_group(ops, job)
-    runner_pid = ops.frame(job).process["pid"]
+    runner_pid = ops.frame(job).process.pid
     first_id = first.manager_id
 
     ops.request(job, "cancel")
@@ -84,7 +84,7 @@ def test_a_second_manager_finishes_a_cancellation_its_dead_owner_left(ops):
     first.wait(10)
     assert ops.kind(job) == "cancelling"
     assert ops.pid_alive(runner_pid), "the orphaned runner should outlive its manager"
-    assert ops.frame(job).owner["manager_id"] == first_id
+    assert ops.frame(job).owner.manager_id == first_id
 
     # Manager 2 may act only once manager 1's heartbeat is older than its lease.
     ops.wait_until(lambda: ops.heartbeat_age(first_id) > 1.5, 10, "manager 1's lease to expire")

@@ -31,7 +31,7 @@ publish '"action":"succeed"'"""
 def _started(ops, job):
     ops.wait_kind(job, "running")
     ops.wait_until(lambda: (ops.workdir(job) / "started").exists(), 30, "the runner to start")
-    pgid = ops.frame(job).process["pgid"]
+    pgid = ops.frame(job).process.pgid
     assert ops.group_members(pgid)
     return pgid
 
@@ -131,7 +131,7 @@ def test_a_one_attempt_job_stopped_at_walltime_runs_again_uncharged(ops, workdir
     first = ops.start("--drain-timeout", "20")
     ops.wait_kind(job, "running")
     ops.wait_until(lambda: (ops.root / "count").exists(), 30, "the runner to start")
-    pgid = ops.frame(job).process["pgid"]
+    pgid = ops.frame(job).process.pgid
     manager_id = first.manager_id
 
     first.signal(signal.SIGTERM)  # what Slurm sends at walltime

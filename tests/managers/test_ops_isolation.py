@@ -16,6 +16,8 @@ import signal
 import time
 from pathlib import Path
 
+import attrs
+
 from httk.workflow.domain.lifecycle import Event
 
 SUCCEED = """publish '"action":"succeed"'"""
@@ -88,8 +90,8 @@ def test_a_fifo_published_as_outcome_json_fails_that_attempt_with_protocol_error
     assert ops.kind(good) == "succeeded"
     assert ops.kind(bad) == "failed"
     failure = ops.frame(bad).failure
-    assert failure["code"] == "protocol_error"
-    assert "outcome.json is a FIFO, not a regular file" in failure["message"]
+    assert failure.code == "protocol_error"
+    assert "outcome.json is a FIFO, not a regular file" in failure.message
     assert "1 failed" in _summary(manager)
     assert "protocol_error" in ops.httk("job", "why", str(ops.root), bad).stdout
 
@@ -105,8 +107,8 @@ def test_a_wait_outcome_with_a_count_is_refused_before_it_is_committed(ops):
     assert ops.kind(good) == "succeeded"
     assert ops.kind(bad) == "failed"  # never waiting: no manager start can trip over it later
     failure = ops.frame(bad).failure
-    assert failure["code"] == "protocol_error"
-    assert "join condition 'all_succeeded' takes no count" in failure["message"]
+    assert failure.code == "protocol_error"
+    assert "join condition 'all_succeeded' takes no count" in failure.message
     later = ops.job(SUCCEED)
     ops.run()
     assert ops.kind(later) == "succeeded"
@@ -119,7 +121,7 @@ def test_a_stored_join_no_manager_can_evaluate_is_refused_and_the_rest_served(op
     assert ops.kind(parent) == "waiting", ops.frame(parent)
     marker = ops.marker(parent)
     frame = ops.frame(parent)
-    ops.handle.store.transition(marker, frame, Event.JOIN_NOTE, join={**frame.join, "count": 2})
+    ops.handle.store.transition(marker, frame, Event.JOIN_NOTE, join=attrs.evolve(frame.join, count=2))
     good = ops.job(SUCCEED)
     manager = ops.run("--placement-prefix", "p")
     assert ops.kind(good) == "succeeded"

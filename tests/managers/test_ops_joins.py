@@ -18,8 +18,8 @@ def _waiting_parent(ops):
     parent = ops.spawning_parent(child_exit=1)
     ops.run("--placement-prefix", "p")
     assert ops.kind(parent) == "waiting"
-    [child] = ops.frame(parent).join["children"]
-    assert ops.kind(child["job_id"]) == "submitted"
+    [child] = ops.frame(parent).join.children
+    assert ops.kind(child.job_id) == "submitted"
     return parent, child
 
 
@@ -31,9 +31,9 @@ def test_a_child_whose_payload_vanished_fails_the_parent_after_the_grace(ops):
     parent, child = _waiting_parent(ops)
     # Nothing is unresolved while the child's payload exists.
     ops.run("--placement-prefix", "p")
-    assert ops.frame(parent).join["first_unresolved_at"] is None and _join_notes(ops, parent) == []
+    assert ops.frame(parent).join.first_unresolved_at is None and _join_notes(ops, parent) == []
 
-    shutil.rmtree(ops.handle.layout.payload(child["placement"], child["job_key"]))
+    shutil.rmtree(ops.handle.layout.payload(child.placement, child.job_key))
     before = time.time()
     first = ops.run("--placement-prefix", "p")
     assert ops.kind(parent) == "waiting"
@@ -47,7 +47,7 @@ def test_a_child_whose_payload_vanished_fails_the_parent_after_the_grace(ops):
     ops.run("--placement-prefix", "p")
     assert ops.kind(parent) == "waiting"
     assert len(_join_notes(ops, parent)) == 1
-    assert ops.frame(parent).join["first_unresolved_at"] == instant
+    assert ops.frame(parent).join.first_unresolved_at == instant
 
     # The grace is measured from that first instant, so a later manager with a short grace fails the parent.
     ops.wait_until(lambda: time.time() - instant > 1.2, 5, "the grace to pass")
@@ -55,21 +55,21 @@ def test_a_child_whose_payload_vanished_fails_the_parent_after_the_grace(ops):
     assert ops.kind(parent) == "failed"
     frame = ops.frame(parent)
     assert frame.event == "join_unresolvable"
-    assert frame.failure["code"] == "dependency_failure"
-    assert frame.failure["details"]["unresolved"] == ["c1"]
-    assert frame.join["first_unresolved_at"] == instant
+    assert frame.failure.code == "dependency_failure"
+    assert frame.failure.details["unresolved"] == ["c1"]
+    assert frame.join.first_unresolved_at == instant
 
 
 def test_the_grace_is_not_restarted_by_a_generous_manager_in_between(ops):
     parent, child = _waiting_parent(ops)
-    shutil.rmtree(ops.handle.layout.payload(child["placement"], child["job_key"]))
+    shutil.rmtree(ops.handle.layout.payload(child.placement, child.job_key))
     ops.run("--placement-prefix", "p", "--join-grace-seconds", "3600")
-    instant = ops.frame(parent).join["first_unresolved_at"]
+    instant = ops.frame(parent).join.first_unresolved_at
     assert instant is not None
     # Still inside a 30 s grace measured from the first instant: the parent keeps waiting.
     ops.run("--placement-prefix", "p", "--join-grace-seconds", "30")
     assert ops.kind(parent) == "waiting"
-    assert ops.frame(parent).join["first_unresolved_at"] == instant
+    assert ops.frame(parent).join.first_unresolved_at == instant
 
 
 
@@ -84,7 +84,7 @@ def test_pausing_a_waiting_parent_and_continuing_it_keeps_its_children(ops):
     # The parent resumes waiting on the child it already has; its spawning step does not run again.
     assert ops.kind(parent) == "waiting"
     frame = ops.frame(parent)
-    assert [entry["job_id"] for entry in frame.join["children"]] == [child["job_id"]]
+    assert [entry.job_id for entry in frame.join.children] == [child.job_id]
     assert frame.total_attempts == 1
     jobs = json.loads(ops.httk("job", "list", str(ops.root), "--json").stdout)
     assert len(jobs) == 2, [job["job_key"] for job in jobs]
@@ -95,15 +95,15 @@ def test_job_why_on_a_waiting_parent_says_what_the_waiting_pass_will_do(ops):
     parent, child = _waiting_parent(ops)
     why = json.loads(ops.httk("job", "why", str(ops.root), parent, "--json").stdout)
     assert why["summary"] == "waiting on 1 active child(ren)"
-    assert f"child c1 ({child['job_key']}): active" in why["lines"]
+    assert f"child c1 ({child.job_key}): active" in why["lines"]
 
     # The child fails under a manager that serves only its subtree; the parent's manager has not looked yet.
     ops.run("--placement-prefix", "elsewhere")
-    assert ops.kind(child["job_id"]) == "failed" and ops.kind(parent) == "waiting"
+    assert ops.kind(child.job_id) == "failed" and ops.kind(parent) == "waiting"
     why = json.loads(ops.httk("job", "why", str(ops.root), parent, "--json").stdout)
     assert why["summary"].startswith("the next manager resolves the join: join all_succeeded can no longer be "
                                      "satisfied (0/1 children succeeded)"), why
-    assert f"child c1 ({child['job_key']}): failed" in why["lines"]
+    assert f"child c1 ({child.job_key}): failed" in why["lines"]
 
     ops.run("--placement-prefix", "p")
     assert ops.kind(parent) == "failed"  # what job why said

@@ -38,7 +38,7 @@ def test_a_manifest_destination_with_a_control_character_fails_that_job_only(ops
     for name, job in bad.items():
         assert ops.kind(job) == "failed", name
         failure = ops.frame(job).failure
-        assert failure["code"] == "transaction_error" and "control character" in failure["message"], failure
+        assert failure.code == "transaction_error" and "control character" in failure.message, failure
         assert not list(Path(ops.handle.layout.data_dir(job)).glob("current/a*")), name
     # The refused outcome stays on disk: the next manager must not trip over it either.
     later = ops.job(SUCCEED)
@@ -64,7 +64,7 @@ def test_a_hand_written_nul_setting_fails_each_launch_not_the_manager(ops):
     for job in (first, second):
         assert ops.kind(job) == "failed"
         failure = ops.frame(job).failure
-        assert failure["code"] == "setting_invalid" and "app.command" in failure["message"], failure
+        assert failure.code == "setting_invalid" and "app.command" in failure.message, failure
     why = ops.httk("job", "why", str(ops.root), first).stdout
     assert "setting_invalid" in why and "NUL" in why
     # Fixed by the operator, the job runs when continued.

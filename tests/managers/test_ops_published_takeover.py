@@ -39,9 +39,9 @@ def _orphan_published_with_a_stray(ops, tmp_path: Path, trap: str) -> tuple[str,
     first.signal(signal.SIGKILL)
     first.wait(10)
     (ops.workdir(job) / "go").touch()
-    ops.wait_until(lambda: not ops.pid_alive(process["pid"]), 10, "the runner to publish and exit")
+    ops.wait_until(lambda: not ops.pid_alive(process.pid), 10, "the runner to publish and exit")
     stray = int((ops.workdir(job) / "stray.pid").read_text())
-    assert stray in ops.group_members(process["pgid"]), "the stray outlives the runner"
+    assert stray in ops.group_members(process.pgid), "the stray outlives the runner"
     assert ops.kind(job) == "running"
     ops.wait_until(lambda: ops.heartbeat_age(first_id) > 1.2, 10, "manager 1's lease to expire")
     return job, process, counter
@@ -56,14 +56,14 @@ def test_a_published_outcome_is_committed_after_its_stray_is_stopped_and_the_job
 
     second = ops.run("--lease-seconds", "1")
     assert ops.kind(job) == "succeeded", second.stdout + second.stderr
-    assert ops.group_members(process["pgid"]) == [], "the stray was stopped"
+    assert ops.group_members(process.pgid) == [], "the stray was stopped"
     log = ops.log(job)
     commit = next(entry for entry in log if entry.get("takeover"))
     evidence = commit["takeover"]
     # The frame records the verdict that admitted the takeover, then how the group was stopped.
     assert commit["event"] == "publish" and evidence["rule"] == "outcome_published_stop"
     assert evidence["process_alive"] is True
-    assert evidence["stopped_group"]["pgid"] == process["pgid"]
+    assert evidence["stopped_group"]["pgid"] == process.pgid
     assert evidence["stopped_group"]["method"] == "sigterm"
     # The stray wrote nothing after the commit began, and the next step ran once, after it was gone.
     assert _last_stamp(ops.workdir(job)) < commit["created_at"]
@@ -79,7 +79,7 @@ def test_a_stray_that_ignores_sigterm_is_killed_after_the_grace_before_the_commi
     second = ops.start_script(workers=1, kill_grace=0.5, lease_seconds=1.0)
     assert second.wait(60) == 0, second.stderr
     assert ops.kind(job) == "succeeded", second.stdout + second.stderr
-    assert ops.group_members(process["pgid"]) == []
+    assert ops.group_members(process.pgid) == []
     commit = next(entry for entry in ops.log(job) if entry.get("takeover"))
     assert commit["takeover"]["stopped_group"]["method"] == "sigkill"
     assert _last_stamp(ops.workdir(job)) < commit["created_at"]

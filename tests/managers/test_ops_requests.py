@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from httk.workflow.domain.lifecycle import Event
-from httk.workflow.engine.requests import PER_TICK, publish_request
+from httk.workflow.engine.requests import PER_TICK
+from httk.workflow.operations.requests import publish_request
 
 SUCCEED = "publish '\"action\":\"succeed\"'"
 STEPS = '"runner_steps":["main","other"]'
@@ -141,7 +142,7 @@ def test_continue_of_a_failed_job_within_the_budget_runs_it_again(ops):
     job = ops.job(COUNTING, maximum_total_attempts=2)
     ops.run()
     assert ops.kind(job) == "failed"
-    assert ops.frame(job).failure["code"] == "bad_input"
+    assert ops.frame(job).failure.code == "bad_input"
 
     ops.request(job, "continue")
     _make_ready(ops, job)  # the request is applied by any manager serving the executor
@@ -196,7 +197,7 @@ def test_override_step_is_prevalidated_against_recorded_runner_steps(ops):
     ops.run()
     assert ops.kind(job) == "failed"
     frame = ops.frame(job)
-    assert frame.step == "bogus" and frame.failure["code"] == "unknown_step"
+    assert frame.step == "bogus" and frame.failure.code == "unknown_step"
 
     # A recorded step applies without any note: the failed job is ready at the new step.
     allowed = ops.request(job, "override_step", "--step", "other")
@@ -261,8 +262,8 @@ def test_a_ready_job_over_its_total_budget_fails_at_the_claim_without_running(op
     assert not (ops.workdir(job) / "ran").exists()
     frame = ops.frame(job)
     assert frame.event == "launch_failed" and frame.total_attempts == 1
-    assert frame.failure["code"] == "attempts_exhausted"
-    assert "maximum_total_attempts exhausted: 1 of 1" in frame.failure["message"]
+    assert frame.failure.code == "attempts_exhausted"
+    assert "maximum_total_attempts exhausted: 1 of 1" in frame.failure.message
     assert "1 failed" in _summary(manager)
 
 

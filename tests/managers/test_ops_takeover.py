@@ -56,13 +56,13 @@ def test_a_killed_manager_is_taken_over_without_losing_or_doubling_work(ops, tmp
     first.signal(signal.SIGKILL)
     first.wait(10)
 
-    live = [job for job in jobs if ops.kind(job) == "running" and ops.pid_alive(ops.frame(job).process["pid"])]
+    live = [job for job in jobs if ops.kind(job) == "running" and ops.pid_alive(ops.frame(job).process.pid)]
     assert len(live) == 2, "both attempts should outlive their manager"
     killed, finishing = live
     # One attempt dies with its node; the other finishes and publishes with no manager to commit it.
-    os.killpg(ops.frame(killed).process["pgid"], signal.SIGKILL)
+    os.killpg(ops.frame(killed).process.pgid, signal.SIGKILL)
     for job in live:
-        pid = ops.frame(job).process["pid"]
+        pid = ops.frame(job).process.pid
         ops.wait_until(lambda pid=pid: not ops.pid_alive(pid), 10, "an orphaned attempt to end")
     assert ops.kind(killed) == ops.kind(finishing) == "running"
     ops.wait_until(lambda: ops.heartbeat_age(first_id) > 1.2, 10, "manager 1's lease to expire")
@@ -120,7 +120,7 @@ touch started; wait_for go
 echo "end $HTTK_WORKFLOW_ATTEMPT_ID" >> "{counter}"
 publish '"action":"succeed"'""")
     first_id, process = _orphaned_by_sigkill(ops, job)
-    assert ops.pid_alive(process["pid"])
+    assert ops.pid_alive(process.pid)
     ops.wait_until(lambda: ops.heartbeat_age(first_id) > 1.2, 10, "manager 1's lease to expire")
 
     second = ops.start("--idle", "--lease-seconds", "1", "--workers", "2")
@@ -129,14 +129,14 @@ publish '"action":"succeed"'""")
     time.sleep(1.0)  # several more passes over the running job
     frame = ops.frame(job)
     assert ops.kind(job) == "running"
-    assert frame.process == process and frame.owner["manager_id"] == first_id and frame.total_attempts == 1
+    assert frame.process == process and frame.owner.manager_id == first_id and frame.total_attempts == 1
     assert counter.read_text().count("start") == 1
     assert len(list(Path(ops.handle.layout.job_attempts(job)).iterdir())) == 1
 
     (ops.workdir(job) / "go").touch()
     ops.wait_kind(job, "succeeded", timeout=30)
     frame = ops.frame(job)
-    assert frame.total_attempts == 1 and frame.takeover["rule"] == "outcome_published"
+    assert frame.total_attempts == 1 and frame.takeover.rule == "outcome_published"
     assert [line.split()[0] for line in counter.read_text().splitlines()] == ["start", "end"]
     second.signal(signal.SIGTERM)
     assert second.wait(20) == 0, second.stderr
@@ -167,7 +167,7 @@ publish '"action":"succeed"'""", workdir_mode="isolated")
     process = ops.frame(job).process
     first.signal(signal.SIGKILL)
     first.wait(10)
-    assert ops.pid_alive(process["pid"]), "the attempt outlives its manager"
+    assert ops.pid_alive(process.pid), "the attempt outlives its manager"
 
     second = ops.start("--lease-seconds", "2")  # the default --takeover-grace-factor 2.0
     assert second.wait(60) == 0, second.stderr
@@ -219,7 +219,7 @@ def test_a_cancellation_left_by_a_sigkilled_manager_keeps_the_next_one_awake_unt
     first = ops.start_script(workers=1, kill_grace=300.0, lease_seconds=2.0)
     ops.wait_kind(job, "running")
     ops.wait_until(lambda: (ops.workdir(job) / "started").exists(), 30, "the runner to start")
-    pgid = ops.frame(job).process["pgid"]
+    pgid = ops.frame(job).process.pgid
     ops.request(job, "cancel")
     ops.wait_kind(job, "cancelling")
     first.signal(signal.SIGKILL)
@@ -242,7 +242,7 @@ def test_work_under_a_live_manager_is_running_elsewhere_and_keeps_nobody_waiting
     assert time.monotonic() - started < 25, "the visitor must not wait out the live owner's 30 s lease"
     summary = _summary(visitor)
     assert "1 running elsewhere" in summary and "0 awaiting takeover" in summary and "0 stranded" in summary
-    assert ops.kind(job) == "running" and ops.frame(job).owner["manager_id"] == owner.manager_id
+    assert ops.kind(job) == "running" and ops.frame(job).owner.manager_id == owner.manager_id
 
     why = json.loads(ops.httk("job", "why", str(ops.root), job, "--json").stdout)
     assert why["summary"] == f"running under the live lease of manager {owner.manager_id}"
@@ -266,8 +266,8 @@ touch started; wait_for go
 exit 3""")
     first_id, process = _orphaned_by_sigkill(ops, job)
     (ops.workdir(job) / "go").touch()
-    ops.wait_until(lambda: not ops.pid_alive(process["pid"]), 10, "the runner itself to exit")
-    assert ops.group_members(process["pgid"]), "the stray outlives the runner"
+    ops.wait_until(lambda: not ops.pid_alive(process.pid), 10, "the runner itself to exit")
+    assert ops.group_members(process.pgid), "the stray outlives the runner"
     ops.wait_until(lambda: ops.heartbeat_age(first_id) > 1.2, 10, "manager 1's lease to expire")
 
     second = ops.start("--idle", "--lease-seconds", "1")
@@ -278,7 +278,7 @@ exit 3""")
 
     release.touch()
     ops.wait_kind(job, "succeeded", timeout=30)
-    assert ops.group_members(process["pgid"]) == []
+    assert ops.group_members(process.pgid) == []
     assert _first_takeover(ops, job)["takeover"]["rule"] == "process_gone"
     second.signal(signal.SIGTERM)
     assert second.wait(20) == 0, second.stderr

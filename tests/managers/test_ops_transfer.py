@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from httk.workflow.domain.frames import Owner
 from httk.workflow.domain.lifecycle import Event, StateKind
 from httk.workflow.operations import inspection
 from httk.workflow.operations.submission import submit
@@ -193,8 +194,8 @@ def test_a_job_a_manager_owns_is_refused_naming_the_owner(world):
     handle = Workspace(a).handle
     marker = inspection.resolve_job(handle, "later")
     marker, frame = store.transition(marker, store.read_job(marker).frame, Event.REGISTER)
-    store.transition(marker, frame, Event.CLAIM, owner={"manager_id": "m-0123456789ab", "host": "node7",
-                                                        "lease_seconds": 900})
+    store.transition(marker, frame, Event.CLAIM,
+                     owner=Owner(manager_id="m-0123456789ab", host="node7", lease_seconds=900.0, claimed_at=0.0))
     line = refused(world, str(a), str(world / "ws-b"), "--job", "later")
     assert "is claimed under manager m-0123456789ab on node7" in line and "pause it first" in line
     # The command the refusal suggests is accepted as given (it names the required --operator).
@@ -298,7 +299,7 @@ def test_the_environment_check_reads_the_destination_never_this_process(world):
                              "--json").stdout)
     statuses = {entry["setting"]: entry["status"] for entry in report["environment"]}
     assert statuses == {"vasp.command": "destination setting", "vasp.potcar_library": "unset",
-                        "vasp.timeout": "unset"}
+                        "vasp.magnetic_moments": "unset", "vasp.timeout": "unset"}
     assert report["warnings"] == [] and jobs_of(b)["si"] == "submitted"
 
 

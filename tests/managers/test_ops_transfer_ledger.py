@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from httk.workflow import codec
+from httk.workflow.domain.frames import ChildRef, JoinRecord
 from httk.workflow.domain.lifecycle import Event, StateKind
 from httk.workflow.operations import inspection
 from httk.workflow.operations.fsck import Fsck
@@ -292,8 +293,8 @@ def test_a_waiting_parent_travels_with_its_children_and_their_notes_follow():
     child, frame = store.transition(child, store.read_job(child).frame, Event.REGISTER)
     child, _ = store.transition(child, frame, Event.OPERATOR_CANCEL)
     marker = specs["parent"]
-    join = {"step": "after", "when": "all_finished", "children": [
-        {"label": "c", "job_id": child.job_id, "job_key": str(child.key), "placement": child.placement}]}
+    join = JoinRecord(step="after", when="all_finished",
+                      children=(ChildRef("c", child.job_id, str(child.key), child.placement),))
     for event in (Event.REGISTER, Event.CLAIM, Event.LAUNCH, Event.PUBLISH):
         marker, frame = store.transition(marker, store.read_job(marker).frame, event)
     store.transition(marker, frame, Event.COMMIT_WAIT, join=join)

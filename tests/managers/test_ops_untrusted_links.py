@@ -66,9 +66,9 @@ def _outside(ops, **files: str) -> Path:
 def _refused(ops, job: str, link: str) -> str:
     assert ops.kind(job) == "failed"
     failure = ops.frame(job).failure
-    assert failure["code"] == "protocol_error", failure
-    assert f"{link} is a symbolic link" in failure["message"], failure
-    return failure["message"]
+    assert failure.code == "protocol_error", failure
+    assert f"{link} is a symbolic link" in failure.message, failure
+    return failure.message
 
 
 def _trash(ops, job: str) -> list[str]:

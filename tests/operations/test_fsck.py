@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from httk.workflow import codec
+from httk.workflow.domain.frames import Owner
 from httk.workflow.domain.lifecycle import Event, StateKind
 from httk.workflow.operations.fsck import Fsck
 from httk.workflow.operations.submission import submit
@@ -73,7 +74,7 @@ def test_unrepairable_is_quarantined_only_when_asked(handle):
 
 
 def test_owned_marker_of_a_live_manager_is_left_alone(handle, ports):
-    owner = {"manager_id": "m-live", "host": "h", "lease_seconds": 900.0}
+    owner = Owner(manager_id="m-live", host="h", lease_seconds=900.0, claimed_at=ports.clock.now())
     marker = advanced(handle, [(Event.REGISTER, {"step": "main"}), (Event.CLAIM, {"owner": owner})])
     handle.fs.write_atomic(
         f"{handle.layout.managers}/m-live/heartbeat.json",

@@ -34,7 +34,7 @@ def _left_behind(workdir_mode: str, host: str, *, published: bool = False):
         owner.tick()
     [running] = list(handle.store.iter_markers(StateKind.RUNNING))
     if published:
-        control = handle.store.read_frame(running).process["control"]
+        control = handle.store.read_frame(running).process.control
         write_tree(ports.fs, f"{control}/outcome.ready", {"outcome.json": outcome_document()})
     return ports, handle, owner.proc, running
 

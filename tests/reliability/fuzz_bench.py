@@ -247,10 +247,10 @@ class Bench:
     def container(self) -> Container:
         if not hasattr(self, "_container"):
             container = Container()
-            container.fs.override(providers.Object(self.fs))
-            container.clock.override(providers.Object(self.ports.clock))
-            container.ids.override(providers.Object(self.ports.ids))
-            container.process.override(providers.Object(self.proc))
+            container.override_providers(
+                fs=providers.Object(self.fs), clock=providers.Object(self.ports.clock),
+                ids=providers.Object(self.ports.ids), process=providers.Object(self.proc),
+            )
             self._container = container
         return self._container
 
@@ -336,7 +336,7 @@ def ended(bench: Bench, job_id: str, allowed: tuple[str, ...]) -> str:
     assert kind in allowed, f"job {job_id} ended {kind}, not one of {allowed}"
     if kind == "failed":
         failure = bench.store.read_frame(bench.marker(job_id)).failure
-        assert isinstance(failure.get("code"), str) and failure["code"], f"failed without a code: {failure}"
+        assert failure is not None and failure.code, f"failed without a code: {failure}"
     return kind
 
 

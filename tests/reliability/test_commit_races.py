@@ -20,7 +20,9 @@ from commit_support import ROOT, SETTINGS, add_job, markers_of, outcome, spawn_t
 from race_support import REST, Turnstile, actor_ports
 
 from httk.workflow import codec
+from httk.workflow.domain.frames import ChildRef, JoinRecord, Owner
 from httk.workflow.domain.lifecycle import Event, StateKind
+from httk.workflow.domain.model import Failure
 from httk.workflow.engine.children import plan_children
 from httk.workflow.engine.manager import Manager, ManagerConfig
 from httk.workflow.engine.outcome_reader import read_outcome
@@ -312,7 +314,7 @@ def test_a_long_commit_keeps_its_owner_alive_for_the_other_managers():
 def _to_committing(handle, marker, attempt: str = "a1"):
     """Drive a submitted or ready job to ``committing`` with raw store transitions (no runner)."""
     frame = handle.store.read_job(marker).frame
-    owner = {"manager_id": "m-gone", "host": "fakehost", "lease_seconds": 1.0, "claimed_at": 0.0}
+    owner = Owner(manager_id="m-gone", host="fakehost", lease_seconds=1.0, claimed_at=0.0)
     steps = ((Event.REGISTER, {"step": "main", "activation_id": "v1", "activation_ordinal": 1}),
              (Event.CLAIM, {"owner": owner, "attempt_id": attempt, "attempt_ordinal": 1, "total_attempts": 1}),
              (Event.LAUNCH, {}), (Event.PUBLISH, {}))
@@ -335,7 +337,7 @@ def _note(handle, parent_id, child_id):
     return codec.decode_object(handle.fs.read_bytes(path), path) if handle.fs.exists(path) else None
 
 
-FAILURE = {"code": "runner_error", "message": "boom", "details": {}, "retryable": False}
+FAILURE = Failure("runner_error", "boom")
 
 
 def _finishing_managers(ports):
@@ -358,7 +360,7 @@ def test_two_managers_finishing_one_child_leave_the_note_of_the_rename_that_won(
 
     def finishing(manager, marker, frame, event):
         changes = {"failure": FAILURE if event == Event.COMMIT_FAIL else None, "owner": None}
-        return lambda: manager.finish(marker, frame, event, changes)
+        return lambda: manager.ctx.finish(marker, frame, event, changes)
 
     ports, handle, parent, marker, frame = bench()
     [(probe, probe_fs), _] = _finishing_managers(ports)
@@ -390,16 +392,15 @@ def test_a_note_whose_rename_never_came_does_not_fail_the_parent():
     parent = add_job(handle)
     kids = [_child_of(handle, parent, f"k{index}", f"cccccccc-0000-4000-8000-00000000000{index}")
             for index in range(3)]
-    join = {"step": "gathered", "when": "all_succeeded", "count": None, "on_impossible": None,
-            "first_unresolved_at": None,
-            "children": [{"label": f"k{index}", "job_id": kid.job_id, "job_key": str(kid.key), "placement": "kids"}
-                         for index, kid in enumerate(kids)]}
+    join = JoinRecord(step="gathered", children=tuple(
+        ChildRef(label=f"k{index}", job_id=kid.job_id, job_key=str(kid.key), placement="kids")
+        for index, kid in enumerate(kids)))
     waiting, waiting_frame = _to_committing(handle, parent, "pa")
     waiting, waiting_frame = handle.store.transition(waiting, waiting_frame, Event.COMMIT_WAIT, owner=None,
                                                      join=join)
     (dying, dying_fs), (survivor, _fs) = _finishing_managers(ports)
     for kid in kids[:2]:
-        survivor.finish(*_to_committing(handle, kid), Event.COMMIT_SUCCEED, {"owner": None})
+        survivor.ctx.finish(*_to_committing(handle, kid), Event.COMMIT_SUCCEED, {"owner": None})
     last, last_frame = _to_committing(handle, kids[2])
 
     def die_at_the_rename(name, args):
@@ -408,16 +409,17 @@ def test_a_note_whose_rename_never_came_does_not_fail_the_parent():
 
     dying_fs.hook = die_at_the_rename
     with pytest.raises(_Killed):
-        dying.finish(last, last_frame, Event.COMMIT_FAIL, {"failure": FAILURE, "owner": None})
+        dying.ctx.finish(last, last_frame, Event.COMMIT_FAIL, {"failure": FAILURE, "owner": None})
     assert _note(handle, parent.job_id, last.job_id)["kind"] == "failed"  # written, its rename never came
     # The next owner takes the child over (a new generation of committing) and retries it.
-    last, last_frame = survivor.finish(last, last_frame, Event.LEASE_RECOVERY, {"owner": survivor.owner_record()})
-    survivor.finish(last, last_frame, Event.COMMIT_RETRY, {"owner": None})
+    takeover = {"owner": survivor.ctx.owner_record()}
+    last, last_frame = survivor.ctx.finish(last, last_frame, Event.LEASE_RECOVERY, takeover)
+    survivor.ctx.finish(last, last_frame, Event.COMMIT_RETRY, {"owner": None})
     assert not survivor.waiting.evaluate(waiting)  # still waiting on k2, which is ready again
     assert [marker.kind for marker in markers_of(handle, parent.job_id)] == [StateKind.WAITING]
     assert _note(handle, parent.job_id, last.job_id) is None  # the stale note is gone
     # k2 then succeeds: the join is satisfied and the parent moves on.
     [ready] = markers_of(handle, last.job_id)
-    survivor.finish(*_to_committing(handle, ready, "a2"), Event.COMMIT_SUCCEED, {"owner": None})
+    survivor.ctx.finish(*_to_committing(handle, ready, "a2"), Event.COMMIT_SUCCEED, {"owner": None})
     assert survivor.waiting.evaluate(waiting)
     assert [marker.kind for marker in markers_of(handle, parent.job_id)] == [StateKind.READY]

@@ -17,8 +17,7 @@ from commit_support import add_job, manager, markers_of, publisher, workspace
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.engine.requests import publish_request
-from httk.workflow.engine.summary import summarize
+from httk.workflow.operations.requests import publish_request
 
 
 class _Signer:
@@ -91,6 +90,6 @@ def test_a_job_refused_once_and_handled_later_is_not_counted_as_refused():
     [done] = markers_of(handle, flaky.job_id)
     assert done.kind == StateKind.SUCCEEDED
     assert set(m.refused) == {str(broken.key)}
-    assert "; 1 refused (see 'job why')" in summarize(m)
+    assert "; 1 refused (see 'job why')" in m.summary()
     refused_dir = f"{m.manager_dir}/refused"
     assert sorted(entry.name for entry in fs.scandir(refused_dir)) == [f"{broken.key}.json"]

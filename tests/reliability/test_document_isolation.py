@@ -23,7 +23,6 @@ from httk.workflow.domain.model import ValidationError, check_join_condition
 from httk.workflow.engine.attempts import LaunchSettings
 from httk.workflow.engine.manager import Manager, ManagerConfig
 from httk.workflow.engine.outcome_reader import read_outcome
-from httk.workflow.engine.summary import summarize
 from httk.workflow.operations.submission import submit
 from httk.workflow.protocol import JobSpec
 from httk.workflow.store import journal as journal_module
@@ -100,7 +99,7 @@ def test_a_job_json_that_is_not_a_small_regular_file_is_invalid_job_and_the_othe
     assert _kind(handle, good.job_id) == StateKind.SUCCEEDED
     assert _kind(handle, bad.job_id) == StateKind.SUBMITTED
     assert list(manager.refused) == [str(bad.key)]
-    summary = summarize(manager)
+    summary = manager.summary()
     assert "1 with an unreadable definition" in summary and "1 refused" in summary
     note = codec.decode_object(fs.read_bytes(f"{manager.manager_dir}/refused/{bad.key}.json"), "note")
     assert note["kind"] == "submitted" and "cannot register" in note["reason"]
@@ -280,7 +279,7 @@ def test_an_unexpected_exception_for_one_job_refuses_it_once_and_the_manager_ser
     lines = [record.getMessage() for record in caplog.records if str(bad.key) in record.getMessage()]
     # Logged once with the job key and the exception's type and message, though every pass met it.
     assert lines == [f"job {bad.key}: refused: registration failed: RuntimeError: a bug in registration"]
-    assert "1 refused" in summarize(manager)
+    assert "1 refused" in manager.summary()
 
 
 def test_a_launch_interrupted_after_the_runner_started_keeps_its_gate_shut(monkeypatch):

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from httk.workflow import codec
+from httk.workflow.domain.frames import Owner
 from httk.workflow.domain.lifecycle import Event, StateKind
 from httk.workflow.engine.attempts import LaunchSettings
 from httk.workflow.engine.manager import Manager, ManagerConfig
@@ -59,7 +60,7 @@ def job(handle: WorkspaceHandle, *events: Event, placement: str = "p") -> Marker
     for event in events:
         changes: dict[str, Any] = {"step": "main"} if event is Event.REGISTER else {}
         if event is Event.CLAIM:
-            changes = {"owner": {"manager_id": "m-gone", "host": "h", "lease_seconds": 1.0}}
+            changes = {"owner": Owner(manager_id="m-gone", host="h", lease_seconds=1.0, claimed_at=0.0)}
         marker, frame = handle.store.transition(marker, frame, event, **changes)
     return marker
 
@@ -79,7 +80,7 @@ def markers_of(handle: WorkspaceHandle) -> list[Marker]:
 # -- a transition between the listing of two kinds ---------------------------------------------
 def test_a_job_moving_into_a_kind_not_yet_listed_is_no_duplicate(handle, ports):
     marker = job(handle, Event.REGISTER)
-    claim = {"owner": {"manager_id": "m-x", "host": "h", "lease_seconds": 900.0}}
+    claim = {"owner": Owner(manager_id="m-x", host="h", lease_seconds=900.0, claimed_at=0.0)}
     # ready is listed first; the claim lands just before claimed is listed, so the walk meets it twice.
     claimed = handle.layout.kind_dir(StateKind.CLAIMED)
     ports.fs.before_scandir(claimed, lambda: move(handle, marker, Event.CLAIM, **claim))
@@ -113,7 +114,7 @@ def test_a_true_duplicate_survives_a_transition_of_another_job_during_the_walk(h
     mover = job(handle, Event.REGISTER)
     twin = Marker(StateKind.SUCCEEDED, marker.placement, marker.key, marker.priority, marker.generation, marker.ref)
     ports.fs.create_empty(handle.store.marker_path(twin), durable=False)
-    claim = {"owner": {"manager_id": "m-x", "host": "h", "lease_seconds": 900.0}}
+    claim = {"owner": Owner(manager_id="m-x", host="h", lease_seconds=900.0, claimed_at=0.0)}
     claimed = handle.layout.kind_dir(StateKind.CLAIMED)
     ports.fs.before_scandir(claimed, lambda: move(handle, mover, Event.CLAIM, **claim))
     report = Fsck(fresh(handle)).run()

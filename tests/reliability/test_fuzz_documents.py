@@ -56,7 +56,7 @@ from reliability_support import (
 
 from httk.workflow import codec
 from httk.workflow.engine.manager import TICK_ORDER
-from httk.workflow.engine.requests import publish_request
+from httk.workflow.operations.requests import publish_request
 from httk.workflow.operations.submission import submit
 from httk.workflow.protocol import JobSpec, parse_job_bytes
 from httk.workflow.runtime import AttemptContext
@@ -208,7 +208,7 @@ def _spawn(rng, notes, bench: Bench, special: Special | None) -> None:
     kind = ended(bench, parent.job_id, ("succeeded", "failed", "paused", *(("waiting",) if unserved else ())))
     if kind == "failed":
         failure = bench.store.read_frame(bench.marker(parent.job_id)).failure
-        if failure["code"] == "protocol_error":
+        if failure.code == "protocol_error":
             assert not made, f"a refused spawn created children {made}"
     report = bench.read_everything([parent.job_id, *made])
     assert report["clean"], f"a bad spawn damaged the workspace: {report['problems'][:2]}"

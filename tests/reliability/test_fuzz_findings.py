@@ -32,7 +32,7 @@ from reliability_support import Raw, Special, mutate_document, render
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.engine.requests import publish_request
+from httk.workflow.operations.requests import publish_request
 from httk.workflow.protocol import JobSpec
 from httk.workflow.store.store import JobDamage
 from httk.workflow.store.workspaces import WorkspaceError, WorkspaceService
@@ -85,7 +85,7 @@ def test_an_outcome_holding_a_lone_surrogate_fails_the_attempt_with_protocol_err
     marker = bench.marker(job.job_id)
     assert marker is not None and marker.kind == StateKind.FAILED
     failure = bench.store.read_frame(marker).failure
-    assert failure["code"] == "protocol_error" and "lone surrogate" in failure["message"]
+    assert failure.code == "protocol_error" and "lone surrogate" in failure.message
 
 
 def test_job_show_of_a_frame_dated_past_every_calendar_shows_the_number():
@@ -169,7 +169,7 @@ def test_a_setting_name_holding_a_nul_fails_the_attempt_with_setting_invalid():
     assert manager.refused == {}
     [marker] = bench.good
     failure = bench.store.read_frame(bench.marker(marker.job_id)).failure
-    assert failure["code"] == "setting_invalid" and "invalid setting name" in failure["message"]
+    assert failure.code == "setting_invalid" and "invalid setting name" in failure.message
 
 
 @pytest.mark.parametrize("what", ["fifo", "socket"])
@@ -188,7 +188,7 @@ def test_a_staged_fifo_fails_the_transaction_before_anything_applies(what, tmp_p
         marker = bench.marker(job.job_id)
         assert marker.kind == StateKind.FAILED
         failure = bench.store.read_frame(marker).failure
-        assert failure["code"] == "transaction_error" and "not a regular file" in failure["message"]
+        assert failure.code == "transaction_error" and "not a regular file" in failure.message
         assert not bench.fs.exists(f"{bench.handle.layout.data_dir(job.job_id)}/current/a.txt")
 
 

@@ -70,8 +70,8 @@ def _reservation(handle, job_id: str) -> dict:
 def _failure(handle, job_id: str) -> str:
     [marker] = markers_of(handle, job_id)
     frame = handle.store.read_frame(marker)
-    assert marker.kind == StateKind.FAILED and frame.failure["code"] == "protocol_error", frame.failure
-    return frame.failure["message"]
+    assert marker.kind == StateKind.FAILED and frame.failure.code == "protocol_error", frame.failure
+    return frame.failure.message
 
 
 def test_a_spawn_naming_the_id_of_a_job_elsewhere_that_has_not_run_yet_is_a_clash():

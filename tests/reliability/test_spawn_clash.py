@@ -44,8 +44,8 @@ def _frame(handle, job_id):
 def _failure(handle, job_id):
     marker, frame = _frame(handle, job_id)
     assert marker.kind == StateKind.FAILED, marker
-    assert frame.failure["code"] == "protocol_error", frame.failure
-    return frame.failure["message"]
+    assert frame.failure.code == "protocol_error", frame.failure
+    return frame.failure.message
 
 
 def _control(handle, job_id):

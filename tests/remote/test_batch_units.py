@@ -12,17 +12,25 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from remote_support import RecordingTransport
+from remote_support import RecordingTransport, wait_until
 
 from httk.workflow.adapters.batch import local, slurm
 from httk.workflow.adapters.batch.local import LocalBatchSystem
-from httk.workflow.adapters.batch.local import compose_script as local_script
 from httk.workflow.adapters.batch.slurm import SlurmBatchSystem, parse_sbatch, parse_squeue
-from httk.workflow.adapters.batch.slurm import compose_script as slurm_script
 from httk.workflow.adapters.transport_local import LocalTransport
 from httk.workflow.ports import BatchJobStatus, BatchSystemError, CommandResult
 
 WS = "/scratch/rar/my runs"
+# compose_script is pure: no command runs through these transports.
+SLURM = SlurmBatchSystem(RecordingTransport())
+LOCAL = LocalBatchSystem(RecordingTransport())
+slurm_script = SLURM.compose_script
+local_script = LOCAL.compose_script
+
+
+def directive(setting: str, value: object) -> str:
+    """The ``#SBATCH`` option ``setting`` becomes with ``value``."""
+    return {each.setting: each for each in slurm.DIRECTIVES}[setting].line(value)
 
 
 def test_sbatch_parsable_output():
@@ -74,7 +82,7 @@ def test_slurm_script_carries_directives_from_settings():
         "manager.workers": 8,
         "vasp.command": "srun -n 32 vasp_std",
     }
-    script = slurm.compose_script(WS, settings, ["--pool", "gpu"], ["/opt/httk venv/bin/httk"])
+    script = SLURM.compose_script(WS, settings, ["--pool", "gpu"], ["/opt/httk venv/bin/httk"])
     lines = script.splitlines()
     assert lines[0] == "#!/bin/sh"
     directives = [line for line in lines if line.startswith("#SBATCH")]
@@ -98,7 +106,7 @@ def test_slurm_script_carries_directives_from_settings():
 
 def test_workers_come_from_the_option_then_the_setting_then_one():
     def workers(settings, given=None):
-        argv = shlex.split(slurm.compose_script("/w", settings, [], ["httk"], workers=given).splitlines()[-1])
+        argv = shlex.split(SLURM.compose_script("/w", settings, [], ["httk"], workers=given).splitlines()[-1])
         return argv[argv.index("--workers") + 1]
 
     assert workers({}) == "1"
@@ -125,15 +133,15 @@ def test_workers_come_from_the_option_then_the_setting_then_one():
 )
 def test_a_value_that_could_break_a_directive_is_refused_naming_the_setting(setting, value):
     with pytest.raises(BatchSystemError, match=f"setting {setting} must be"):
-        slurm.compose_script("/w", {setting: value}, [], ["httk"])
+        SLURM.compose_script("/w", {setting: value}, [], ["httk"])
 
 
 def test_accepted_directive_spellings():
-    assert slurm.directive_value("slurm.time_limit", 90) == "90"
-    assert slurm.directive_value("slurm.time_limit", "02:00:00") == "02:00:00"
-    assert slurm.directive_value("slurm.time_limit", "UNLIMITED") == "UNLIMITED"
-    assert slurm.directive_value("slurm.nodes", "1-4") == "1-4"
-    assert slurm.directive_value("slurm.partition", "short,long") == "short,long"
+    assert directive("slurm.time_limit", 90) == "--time=90"
+    assert directive("slurm.time_limit", "02:00:00") == "--time=02:00:00"
+    assert directive("slurm.time_limit", "UNLIMITED") == "--time=UNLIMITED"
+    assert directive("slurm.nodes", "1-4") == "--nodes=1-4"
+    assert directive("slurm.partition", "short,long") == "--partition=short,long"
 
 
 def test_submit_creates_the_workdir_then_sends_the_script_on_stdin():
@@ -186,7 +194,7 @@ def test_local_batch_builders_and_parsers():
 
 
 def test_local_script_logs_next_to_the_workdir_and_ignores_slurm_settings():
-    script = local.compose_script(WS, {"slurm.partition": "batch", "manager.workers": 3}, ["--idle"], ["httk"])
+    script = LOCAL.compose_script(WS, {"slurm.partition": "batch", "manager.workers": 3}, ["--idle"], ["httk"])
     lines = script.splitlines()
     assert lines[0] == "#!/bin/sh" and "#SBATCH" not in script
     assert lines[2] == 'exec >"local-$$.out" 2>&1'
@@ -418,7 +426,9 @@ def test_local_submit_status_and_cancel_a_real_detached_process(tmp_path: Path) 
     pid = batch.submit(script, workdir=str(workdir))
     try:
         assert batch.status([pid])[pid].state == "RUNNING"
-        assert (workdir / f"local-{pid.split('.')[0]}.out").exists()
+        # The detached shell opens its log when it reaches that line of the script: wait for it.
+        log = workdir / f"local-{pid.split('.')[0]}.out"
+        wait_until(lambda: True if log.exists() else None, 10, f"{log} appearing")
     finally:
         batch.cancel([pid])
     for _ in range(50):

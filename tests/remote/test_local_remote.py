@@ -6,12 +6,16 @@ environment, so it shares the test's private XDG homes.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+from dependency_injector import providers
 from remote_support import HTTK, wait_until, write_payload
 
+from httk.workflow.adapters.batch.local import LocalBatchSystem
+from httk.workflow.adapters.plugins import BATCH_SYSTEMS, EntryPointCatalog
 from httk.workflow.adapters.transport_local import LocalTransport
 from httk.workflow.ports import TransportError
 
@@ -88,3 +92,19 @@ def test_init_status_settings_and_run_through_the_local_batch_system(cli, here, 
     assert cli.json("job", "show", str(path), key)["kind"] == "succeeded"
     log = Path(path, ".httk-workflow", "batch", f"local-{job_id.split('.')[0]}.out").read_text()
     assert "workers 2" in log and "1 succeeded" in log
+
+
+def test_check_looks_up_the_commands_the_batch_system_declares(cli, tmp_path):
+    """``remote check`` reads ``commands`` off the batch system's class: one missing there fails ``batch``."""
+
+    class NeedsMore(LocalBatchSystem):
+        commands = ("sh", "no-such-scheduler-command")
+
+    catalog = EntryPointCatalog(given={BATCH_SYSTEMS: {"local": NeedsMore}})
+    cli.container.plugins.override(providers.Object(catalog))
+    cli("remote", "add", "here", "--template", "local")
+    cli("remote", "configure", "here", "--set", f"httk_command={HTTK}", "--set", f"workspace_root={tmp_path}")
+    result = cli("remote", "check", "here", code=1)
+    assert "FAILED   batch           local: missing no-such-scheduler-command; install" in result.stdout
+    report = json.loads(cli("remote", "check", "here", "--json", code=1).stdout)["report"]
+    assert report["batch"]["commands"]["no-such-scheduler-command"] is None

@@ -16,6 +16,7 @@ from dependency_injector import providers
 from remote_support import ssh_transport, wait_until, write_payload
 from test_ssh import configure_kappa
 
+from httk.workflow.adapters.plugins import TRANSPORTS, EntryPointCatalog
 from httk.workflow.adapters.transport_ssh import SshTransport
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
@@ -27,14 +28,14 @@ def logins(cli):
     """The SSH transports the CLI makes, for counting connections per command."""
     made: list[SshTransport] = []
 
-    def counting(**options):
-        made.append(SshTransport(**options))
-        return made[-1]
+    class Counted(SshTransport):
+        def __init__(self, *args, **options):
+            super().__init__(*args, **options)
+            made.append(self)
 
-    ssh = cli.container.transports.providers["ssh"]
-    ssh.override(providers.Factory(counting))
+    cli.container.plugins.override(providers.Object(EntryPointCatalog(given={TRANSPORTS: {"ssh": Counted}})))
     yield made
-    ssh.reset_override()
+    cli.container.plugins.reset_override()
 
 
 def one_login(made: list[SshTransport]) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,16 @@ from remote_support import HTTK, ROOT
 
 from cli_support import Cli
 from httk.workflow.adapters.fs_posix import PosixFilesystem
-from httk.workflow.operations.remotes import RemoteReference, RemoteRegistry, SettingSpec, split_reference
+from httk.workflow.adapters.plugins import EntryPointCatalog
+from httk.workflow.operations.remotes import (
+    RemoteError,
+    RemoteReference,
+    RemoteRegistry,
+    SettingSpec,
+    split_reference,
+)
 
-TEMPLATES = ROOT / "adapters"
+ADAPTER = ROOT / "adapters" / "adapter"
 
 
 @pytest.mark.parametrize(
@@ -39,29 +47,58 @@ def test_a_remote_reference_is_recognized_from_its_text(text, expected):
     assert split_reference(text) == expected
 
 
-def test_every_packaged_template_parses_and_its_adapter_is_executable(tmp_path):
-    registry = RemoteRegistry(PosixFilesystem(), str(tmp_path), str(TEMPLATES))
-    assert registry.template_names() == ["local", "local-slurm", "ssh-slurm"]
-    for name in registry.template_names():
+FIRST_PARTY = {"local", "local-slurm", "local-pbs", "ssh-local", "ssh-slurm", "ssh-pbs"}
+
+
+def registry_at(tmp_path: Path) -> RemoteRegistry:
+    return RemoteRegistry(PosixFilesystem(), str(tmp_path), EntryPointCatalog(), str(ADAPTER))
+
+
+def test_templates_are_every_transport_times_every_batch_system(tmp_path):
+    registry = registry_at(tmp_path)
+    catalog = registry.catalog
+    names = registry.template_names()
+    assert FIRST_PARTY <= set(names)
+    assert len(names) == len(catalog.transport_names()) * len(catalog.batch_system_names())
+    for name in names:
         template = registry.template(name)
         assert template.name == name
         assert {"httk_command", "workspace_root", "check_connectivity", "command_timeout"} <= set(template.specs)
-        adapter = Path(template.adapter_path)
-        assert adapter.stat().st_mode & stat.S_IXUSR, f"{adapter} is not executable"
-        assert registry.adapter_script(template).startswith("#!/bin/sh\n")
+        assert template.commands == catalog.batch_system(template.batch).commands
     ssh = registry.template("ssh-slurm")
     assert (ssh.transport, ssh.batch) == ("ssh", "slurm")
-    assert ssh.specs["host"].required and ssh.defaults()["port"] == 22
+    # port has no default: unset means ~/.ssh/config's Port, else 22.
+    assert ssh.specs["host"].required and "port" not in ssh.defaults()
+    assert registry.template("local").description.startswith("This machine; a manager runs as a detached")
+    for bad in ("pbs", "ssh-", "ssh-nope", "local-local", "-slurm"):
+        with pytest.raises(RemoteError, match=f"no remote template {bad!r}; templates: local, "):
+            registry.template(bad)
 
 
-def test_the_adapter_scripts_differ_only_in_their_batch_lines():
-    def body(name):
-        return [
-            line for line in (TEMPLATES / name / "adapter").read_text().splitlines()
-            if not line.startswith(("BATCH_", "# adapter - ", '#    "batch"'))
-        ]
+def test_one_generic_adapter_program_serves_every_template(tmp_path):
+    registry = registry_at(tmp_path)
+    assert ADAPTER.stat().st_mode & stat.S_IXUSR, f"{ADAPTER} is not executable"
+    scripts = {registry.adapter_script(registry.template(name)) for name in registry.template_names()}
+    assert scripts == {ADAPTER.read_text()} and ADAPTER.read_text().startswith("#!/bin/sh\n")
+    # The copied per-template directories are gone: the top level holds the program and its README.
+    assert sorted(path.name for path in ADAPTER.parent.iterdir()) == ["README.md", "adapter"]
 
-    assert body("local") == body("local-slurm") == body("ssh-slurm")
+
+def test_the_adapter_program_takes_every_variable_part_as_an_argument(tmp_path):
+    """Its ``check`` looks up the declared commands with ``command -v``; a word with quotes stays a word."""
+    odd = tmp_path / "it's \"odd\""
+    odd.mkdir()
+    argv = ["sh", "-s", "--", "check", "--root", str(odd), "--batch", "x", "--command", "sh",
+            "--command", "no-such-program-$(touch INJECTED)", "--", "no-such-httk"]
+    done = subprocess.run(argv, input=ADAPTER.read_text(), capture_output=True, text=True, cwd=tmp_path, check=True)
+    report = json.loads(done.stdout)
+    assert report["batch"] == {"system": "x", "commands": {"sh": shutil.which("sh"),
+                                                             "no-such-program-$(touch INJECTED)": None}}
+    assert report["workspace_root"] == {"path": str(odd), "exists": True, "writable": True}
+    assert report["httk"] == {"command": "no-such-httk", "path": None, "version": None}
+    assert not (tmp_path / "INJECTED").exists()
+    refused = subprocess.run(["sh", "-s", "--", "probe"], input=ADAPTER.read_text(), capture_output=True, text=True)
+    assert refused.returncode == 2 and json.loads(refused.stdout)["format"] == "httk-workflow-adapter-error"
 
 
 def test_add_configure_show_list_remove(cli, tmp_path):
@@ -83,12 +120,12 @@ def test_add_configure_show_list_remove(cli, tmp_path):
                      "port": 2200, "username": "rar"},
     }  # fmt: skip
     reset = cli.json("remote", "configure", "kappa", "--set", "port=")
-    assert reset["settings"]["port"] == 22 and "port" not in reset["chosen"]
+    assert "port" not in reset["settings"] and "port" not in reset["chosen"]
     text = cli("remote", "show", "kappa").stdout
     assert "host" in text and "kappa.example.org" in text and "(default)" in text
     listing = cli.json("remote", "list")
     assert [row["name"] for row in listing["remotes"]] == ["kappa"]
-    assert listing["templates"] == ["local", "local-slurm", "ssh-slurm"]
+    assert FIRST_PARTY <= set(listing["templates"])
     assert "removed remote kappa" in cli("remote", "remove", "kappa").stdout
     assert cli.json("remote", "list")["remotes"] == []
 
@@ -345,3 +382,45 @@ def test_remote_check_unreachable_ssh_is_1_naming_connect(cli: Cli) -> None:
 
 def test_remote_check_unknown_remote_is_2(cli: Cli) -> None:
     assert "no remote named 'nope'" in cli.refused("remote", "check", "nope")
+
+
+class FakeEntry:
+    """An installed entry point: its name, its target, and whether it was imported."""
+
+    def __init__(self, name: str, value: str, target: object = None) -> None:
+        self.name, self.value, self.target, self.loaded = name, value, target, 0
+
+    def load(self) -> object:
+        self.loaded += 1
+        return self.target
+
+
+def test_the_catalog_imports_only_the_entry_named_and_refuses_a_clash():
+    from httk.workflow.adapters.batch.slurm import SlurmBatchSystem
+    from httk.workflow.ports import BatchSystemError
+
+    slurm, other = FakeEntry("slurm", "a:Slurm", SlurmBatchSystem), FakeEntry("lsf", "b:Lsf", object())
+    catalog = EntryPointCatalog(entries=lambda group: [slurm, other] if group.endswith("batch_systems") else [])
+    assert catalog.batch_system_names() == ["lsf", "slurm"] and catalog.transport_names() == []
+    catalog.check_setting("vasp.command", "srun vasp")  # not a batch system's setting: nothing imported
+    catalog.check_setting("manager.workers", 4)
+    assert (slurm.loaded, other.loaded) == (0, 0)
+    with pytest.raises(BatchSystemError, match="unknown Slurm setting 'slurm.partiton'"):
+        catalog.check_setting("slurm.partiton", "batch")
+    assert catalog.batch_system("slurm") is SlurmBatchSystem and catalog.batch_system("nope") is None
+    assert (slurm.loaded, other.loaded) == (1, 0)
+    twice = EntryPointCatalog(entries=lambda group: [slurm, FakeEntry("slurm", "evil:Slurm")])
+    with pytest.raises(BatchSystemError, match=r"entry point 'slurm' of .* is registered twice \(a:Slurm and "
+                                               r"evil:Slurm\); uninstall one"):
+        twice.batch_system_names()
+    same = EntryPointCatalog(entries=lambda group: [slurm, FakeEntry("slurm", "a:Slurm")])
+    assert same.batch_system_names() == ["slurm"]  # an editable install listed twice is no clash
+
+
+def test_a_remote_whose_batch_system_was_uninstalled_says_so(cli, tmp_path):
+    cli("remote", "add", "kappa", "--template", "ssh-slurm")
+    path = tmp_path / "xdg-config" / "httk-workflow" / "remotes" / "kappa.json"
+    path.write_text(path.read_text().replace('"ssh-slurm"', '"ssh-lsf"'))
+    line = cli.refused("remote", "show", "kappa")
+    assert line.startswith("error: remote kappa: no remote template 'ssh-lsf'; templates: local, ")
+    assert line.endswith("reinstall the batch system or transport it names, or 'httk workflow remote remove kappa'")

@@ -21,6 +21,7 @@ import pytest
 from dependency_injector import providers
 from remote_support import HTTK, wait_until, write_payload
 
+from httk.workflow.adapters.plugins import TRANSPORTS, EntryPointCatalog
 from httk.workflow.adapters.transport_local import LocalTransport
 from httk.workflow.adapters.transport_ssh import SshTransport
 from httk.workflow.domain.lifecycle import StateKind
@@ -210,11 +211,13 @@ def test_one_transport_carries_the_whole_transfer(cli, tmp_path):
     """Every remote command and every file of the bundle goes over one transport, closed once at the end."""
     made: list[CountingTransport] = []
 
-    def factory(**options: object) -> CountingTransport:
-        made.append(CountingTransport(**options))
-        return made[-1]
+    class Counted(CountingTransport):
+        def __init__(self, **options: object) -> None:
+            super().__init__(**options)
+            made.append(self)
 
-    cli.container.transports.providers["local"].override(providers.Factory(factory))
+    # The local transport of every remote is the counting one (the entry point's class stands aside).
+    cli.container.plugins.override(providers.Object(EntryPointCatalog(given={TRANSPORTS: {"local": Counted}})))
     cli("remote", "add", "here", "--template", "local")
     cli("remote", "configure", "here", "--set", f"httk_command={HTTK}", "--set", f"workspace_root={tmp_path}")
     cli("workspace", "init", str(tmp_path / "ws"))

@@ -13,7 +13,6 @@ import pytest
 from remote_support import ssh_transport
 
 from httk.workflow.adapters.batch.slurm import SlurmBatchSystem
-from httk.workflow.adapters.batch.slurm import compose_script as slurm_script
 from httk.workflow.adapters.transport_local import LocalTransport
 from httk.workflow.ports import TransportError
 
@@ -112,7 +111,7 @@ def test_composed_script_with_spaces_and_quotes_in_path_runs_under_slurm(ssh, in
     workdir = f"{base}/.httk-workflow/batch"
     batch = SlurmBatchSystem(ssh, timeout=30)
     settings = {"slurm.partition": infra["CI_SLURM_PARTITION"], "slurm.time_limit": 1}
-    script = slurm_script(base, settings, ["--drain-timeout", "a b"], ["printf", "[%s]"], workers=2)
+    script = batch.compose_script(base, settings, ["--drain-timeout", "a b"], ["printf", "[%s]"], workers=2)
     try:
         job_id = batch.submit(script, workdir=workdir)
         deadline = time.monotonic() + 4

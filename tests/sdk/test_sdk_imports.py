@@ -57,3 +57,26 @@ def test_unknown_root_attribute():
         assert "does_not_exist" in str(error)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_an_attempt_bound_bridge_call_loads_no_manager_side_module(make_attempt):
+    """Each Bash call is a process: the frames, the lifecycle, OpenSSL and the submit limits stay out of it."""
+    attempt = make_attempt("start")
+    code = (
+        "import json, sys\n"
+        "from httk.workflow.shell_bridge import main\n"
+        "status = main(['state_set', 'k', '1'])\n"
+        "print(json.dumps([status, sorted(sys.modules)]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, cwd=attempt.workdir)
+    status, modules = json.loads(result.stdout)
+    assert status == 0 and json.loads((attempt.payload / ".httk-job" / "state.json").read_bytes()) == {"k": 1}
+    unwanted = {
+        "httk.workflow.domain.frames",
+        "httk.workflow.domain.lifecycle",
+        "httk.workflow.domain.submit_limits",
+        "hashlib",
+        "signal",  # only Attempt.run needs it
+    }
+    assert unwanted.isdisjoint(modules), unwanted.intersection(modules)
+    assert "cattrs" in modules  # context.json is still structured by the one converter

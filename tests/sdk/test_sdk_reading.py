@@ -9,6 +9,7 @@ import pytest
 
 from httk.workflow import Attempt, JobSpec, Runner, codec
 from httk.workflow.codec import DocumentError
+from httk.workflow.protocol import JobDocument
 from httk.workflow.runtime import AttemptContext, JobState
 
 
@@ -209,3 +210,18 @@ def test_job_is_the_typed_definition(make_attempt, workspace_spec):
     spec = workspace_spec(retry_on=("x",))
     make_attempt("start", spec=spec)
     assert isinstance(Attempt.initialize().job, JobSpec)
+
+
+def test_job_json_is_read_on_first_use(make_attempt):
+    """A state or run-log call (most Bash bridge calls) never structures job.json; reading the job does."""
+    attempt = make_attempt("start")
+    job_file = attempt.payload / "job.json"
+    original = job_file.read_bytes()
+    job_file.write_bytes(b'{"format": "httk-workflow-job", "format_version": 1, "name": 5}\n')
+    a = Attempt.initialize()
+    a.state["k"] = 1
+    a.log.append("note", "no job needed")
+    with pytest.raises(DocumentError, match=r"job\.json @ \$\.name"):
+        a.inputs  # noqa: B018
+    job_file.write_bytes(original)
+    assert a.job.name == JobSpec.from_record(codec.read(original, JobDocument, "job.json")).name

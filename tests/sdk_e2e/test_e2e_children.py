@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 GATHER_AND_READ = """
+import attrs
+
 from httk.workflow import ChildResult, Failure
 
 run = Runner("e2e")
@@ -46,7 +48,7 @@ def describe(child):
         "kind": child.kind,
         "succeeded": child.succeeded,
         "failure_is_failure": child.failure is None or isinstance(child.failure, Failure),
-        "failure": None if child.failure is None else child.failure.to_json(),
+        "failure": None if child.failure is None else attrs.asdict(child.failure),
         "payload": str(child.payload),
         "workdir": None if child.workdir is None else str(child.workdir),
         "data": None if child.data is None else str(child.data),

@@ -11,7 +11,7 @@ from memory_support import frame_of, kinds
 def test_a_published_outcome_survives_power_loss_after_the_publish_transition():
     ports, handle, _ = memory_workspace()
     first = memory_manager(handle, manager_id="m-a", lease_seconds=10.0)
-    first.commit = lambda *args, **kwargs: None  # the process dies right after the PUBLISH transition
+    first.committer.commit = lambda *args, **kwargs: None  # the process dies right after the PUBLISH transition
     first.run()
     assert kinds(handle) == {"committing": 1}
     ports.fs.crash()
@@ -24,7 +24,7 @@ def test_a_published_outcome_survives_power_loss_after_the_publish_transition():
 def test_committed_transactional_data_survives_power_loss():
     ports, handle, [marker] = memory_workspace(data_mode="transactional")
     tree = {"outcome.json": outcome_document(),
-            "transaction/manifest.json": {"operations": [
+            "transaction/manifest.json": {"format": "httk-workflow-transaction", "format_version": 1, "operations": [
                 {"id": "op-0001", "op": "put", "destination": "r", "source": "files/op-0001"}]},
             "transaction/files/op-0001": b"result"}
     memory_manager(handle, scripted_runner(ports.fs, lambda launch: tree)).run()

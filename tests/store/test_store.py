@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from httk.workflow import codec
+from httk.workflow.domain.frames import Owner
 from httk.workflow.domain.lifecycle import Event, IllegalTransition, StateKind
 from httk.workflow.operations.submission import SubmissionError, submit
 from httk.workflow.protocol import JobSpec
@@ -41,7 +42,7 @@ def test_submit_then_transitions_read_back(handle):
     ready, frame = store.transition(marker, view.frame, Event.REGISTER, step="main")
     assert ready.kind == StateKind.READY and ready.generation == 1
     assert store.read_frame(ready) == frame
-    claimed, frame2 = store.transition(ready, frame, Event.CLAIM, owner={"manager_id": "m"})
+    claimed, frame2 = store.transition(ready, frame, Event.CLAIM, owner=Owner("m", "h", 30.0, 0.0))
     assert frame2.previous_record_ref == ready.ref
     assert [m.job_id for m in store.iter_markers(StateKind.CLAIMED)] == [marker.job_id]
 

@@ -36,7 +36,7 @@ def current(marker):
 
 def failed_with(handle, code):
     assert kinds(handle) == {"failed": 1}, kinds(handle)
-    assert frame_of(handle, StateKind.FAILED).failure["code"] == code
+    assert frame_of(handle, StateKind.FAILED).failure.code == code
 
 
 def test_puts_and_removes_apply_and_bump_the_data_generation():
@@ -193,7 +193,7 @@ def test_transaction_replay_after_a_crash_at_every_point_applies_exactly_once():
         if state != {"succeeded": 1}:
             # a crash before the outcome was durable may legitimately rerun the attempt, which then fails
             frame = frame_of(handle, StateKind.FAILED) if state == {"failed": 1} else None
-            if frame is None or frame.failure["code"] != "rerun":
+            if frame is None or frame.failure.code != "rerun":
                 failures.append((points, state, frame.failure if frame else None))
         if not crashed:
             break

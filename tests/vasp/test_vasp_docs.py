@@ -82,5 +82,6 @@ def test_every_exported_helper_is_named_on_the_page():
         "validate_vasp_workdir", "clean_vasp_outputs", "VASP_RESTART_ARTIFACTS", "contcar_to_poscar",
         "extract_vasp_results", "run_vasp", "plan_vasp_remedy", "apply_vasp_remedy", "job_remedy_history_path",
         "register_remedy_policy", "remedy_policy_names", "rattle_poscar", "derive_seed",
+        "read_vasprun", "magnetic_moment_table", "MAGNETIC_MOMENT_TABLES", "vasp.magnetic_moments",
     ]
     assert [name for name in wanted if name not in text] == []

@@ -68,7 +68,8 @@ def test_update_removes_stale_duplicates(tmp_path):
 def test_update_creates_a_missing_file_and_refuses_bad_values(tmp_path):
     path = tmp_path / "INCAR"
     assert update_incar({"ENCUT": 520}, path) == {"ENCUT": "520"}
-    for bad in ({"SYSTEM": "a;b"}, {"SYSTEM": "a # b"}, {"X-Y": 1}, {"encut": 1, "ENCUT": 2}, {"A": object()}):
+    for bad in ({"SYSTEM": 'a;"b"'}, {"SYSTEM": "a # b"}, {"SYSTEM": "a ! b"}, {"X-Y": 1}, {"encut": 1, "ENCUT": 2},
+                {"A": object()}):
         with pytest.raises(IncarError):
             update_incar(bad, path)
     assert path.read_text() == "ENCUT = 520\n"
@@ -96,11 +97,37 @@ def test_write_incar(tmp_path):
         ((200, 2), {}, 120),  # 101 + 3 = 104 < ceil(0.6*200) = 120
         ((8, 2), {"magnetization": 4.0}, 10),
         ((8, 2), {"noncollinear": True}, 16),
-        ((7, 1), {}, 8),  # ceil(4.5)=5 + 3
+        ((7, 1), {}, 7),  # NINT(9)/2 = 4 (integer division) + 3; INT(4.2) = 4
     ],
 )
 def test_calculate_nbands(args, kwargs, expected):
     assert calculate_nbands(*args, **kwargs) == expected
+
+
+# VASP 5.4.4 main.F: MAX(NINT(NELECT+2)/2 + MAX(NIONS/2,3), INT(0.6*NELECT)) + NMAG, NMAG = (ΣMAGMOM+1)/2,
+# the whole doubled for a noncollinear run; Fortran integer division truncates, NINT rounds halves away from 0.
+@pytest.mark.parametrize(
+    ("nelect", "nions", "magnetization", "noncollinear", "expected"),
+    [
+        (100, 2, 10, False, 65),  # the issue's row: max(51 + 3, 60) + 5 (the old ceil rule gave 60)
+        (432, 16, 40, True, 558),  # the worst row: 2 * (max(217 + 8, 259) + 20) (the old rule gave 520)
+        (100, 2, -10, False, 65),  # the sign only names the majority channel
+        (100, 2, 0.9, False, 60),  # INT((0.9 + 1) / 2) = 0
+        (100, 2, 1.0, False, 61),  # INT(2 / 2) = 1
+        (7.4, 1, 0, False, 7),  # NINT(9.4) = 9 -> 9 / 2 = 4 (truncated), + 3 (the old ceil rule gave 8)
+        (7.5, 1, 0, False, 8),  # NINT(9.5) = 10, halves away from zero
+        (51, 1, 0, False, 30),  # 26 + 3 = 29 < INT(30.6) = 30 (the old rule took ceil: 31)
+        (5, 7, 0, False, 6),  # NINT(7) / 2 = 3; NIONS / 2 = 3 -> 6
+        (10, 6, 0, False, 9),  # 6 + MAX(3, 3) = 9 vs INT(6.0) = 6
+        (20, 1, 0, False, 14),  # 11 + 3 = 14 vs INT(12.0)
+        (30, 1, 0, False, 19),  # 16 + 3 = 19 vs INT(18.0)
+        (40, 1, 0, False, 24),  # 21 + 3 = 24 vs INT(24.0) = 24: a tie
+        (50, 1, 0, False, 30),  # 26 + 3 = 29 < INT(30.0) = 30
+        (8, 2, 4, True, 20),  # 2 * (max(5 + 3, 4) + 2)
+    ],
+)
+def test_calculate_nbands_follows_vasp_544(nelect, nions, magnetization, noncollinear, expected):
+    assert calculate_nbands(nelect, nions, magnetization=magnetization, noncollinear=noncollinear) == expected
 
 
 def test_calculate_nbands_refuses_nonsense():
@@ -122,3 +149,46 @@ def test_suggested_magnetic_moments_and_magmom():
     assert suggested_magnetic_moments(["Si"], [2], table={"Si": 0.0}) == [0.0, 0.0]
     with pytest.raises(ValueError):
         suggested_magnetic_moments(["Fe"], [1, 2])
+
+
+WANNIER_INCAR = '''SYSTEM = "a ; b"   ! quoted: the ';' is part of the value
+LWANNIER90 = .TRUE. ; NBANDS = 24
+WANNIER90_WIN = "
+num_wann = 4   ! wannier90's own comment, inside the quotes
+begin projections
+Si: sp3 ; # not a statement either
+end projections
+"
+ENCUT = 400
+'''
+
+
+def test_quoted_values_are_literal_across_separators_comments_and_lines():
+    tags = parse_incar(WANNIER_INCAR)
+    assert tags == {
+        "SYSTEM": "a ; b", "LWANNIER90": ".TRUE.", "NBANDS": "24",
+        "WANNIER90_WIN": "\nnum_wann = 4   ! wannier90's own comment, inside the quotes\nbegin projections\n"
+                         "Si: sp3 ; # not a statement either\nend projections\n",
+        "ENCUT": "400",
+    }
+
+
+def test_an_unclosed_quote_is_refused_naming_its_line():
+    with pytest.raises(IncarError, match=r"line 2: a quoted value is never closed"):
+        parse_incar('ENCUT = 400\nSYSTEM = "open\nISMEAR = 0\n')
+
+
+def test_update_keeps_quoted_statements_and_leaves_no_stale_assignment(tmp_path):
+    path = tmp_path / "INCAR"
+    path.write_text(WANNIER_INCAR + "NBANDS = 30\n", encoding="utf-8")
+    tags = update_incar({"NBANDS": 32, "SYSTEM": "c ; d"}, path)
+    text = path.read_text()
+    assert text.count("NBANDS") == 1 and 'SYSTEM = "c ; d"' in text
+    assert tags["NBANDS"] == "32" and tags["SYSTEM"] == "c ; d"
+    assert tags["WANNIER90_WIN"] == parse_incar(WANNIER_INCAR)["WANNIER90_WIN"]
+
+
+@pytest.mark.parametrize("value", ["a ; b", "line one\nline two", "x;y;z"])
+def test_values_that_need_quotes_are_written_quoted_and_read_back(tmp_path, value):
+    write_incar({"SYSTEM": value, "ENCUT": 520}, tmp_path / "INCAR")
+    assert read_incar(tmp_path / "INCAR") == {"SYSTEM": value, "ENCUT": "520"}

@@ -18,20 +18,42 @@ from httk.workflow.vasp import (
 @pytest.mark.parametrize(
     ("poscar", "density", "grid"),
     [
-        (SI_POSCAR, 40, (13, 13, 13)),  # |b| = sqrt(3)/5.43 = 0.319 -> 12.76
-        (SI_POSCAR, 20, (7, 7, 7)),
+        (SI_POSCAR, 40, (13, 13, 13)),  # |b| = sqrt(3)/5.43 = 0.319 -> 12.76 -> int(13.26)
+        (SI_POSCAR, 20, (6, 6, 6)),  # 6.38 -> 6, as VASP's "Auto 20" (round-up gave 7x7x7)
         (SI_POSCAR, 0.1, (1, 1, 1)),
-        (FEO_POSCAR, 43, (10, 10, 10)),  # exactly 43/4.3 = 10: no float round-up
+        (FEO_POSCAR, 43, (10, 10, 10)),  # exactly 43/4.3 = 10
+        (FEO_POSCAR, 45, (10, 10, 10)),  # 10.47 -> 10
+        (FEO_POSCAR, 45.15, (11, 11, 11)),  # 10.5 -> 11: halves go up, int(l*|b| + 0.5)
         (FEO_POSCAR.replace("0.0 0.0 1.0", "0.0 0.0 2.0"), 43, (10, 10, 5)),
     ],
 )
-def test_automatic_grid(tmp_path, poscar, density, grid):
+def test_automatic_grid_is_vasps_fully_automatic_rule(tmp_path, poscar, density, grid):
     (tmp_path / "POSCAR").write_text(poscar, encoding="utf-8")
     assert automatic_kpoint_grid(density, poscar=tmp_path / "POSCAR") == grid
     assert automatic_kpoint_grid(density, poscar=read_poscar_header(tmp_path / "POSCAR")) == grid
 
 
-@pytest.mark.parametrize("density", [0, -1, float("nan"), "40"])
+@pytest.mark.parametrize(
+    ("poscar", "density", "grid"),
+    [
+        (SI_POSCAR, 20, (7, 7, 7)),
+        (SI_POSCAR, 40, (13, 13, 13)),
+        (FEO_POSCAR, 43, (10, 10, 10)),  # exactly 10: no float round-up
+        (FEO_POSCAR, 45, (11, 11, 11)),
+    ],
+)
+def test_round_up_is_an_explicit_option(tmp_path, poscar, density, grid):
+    (tmp_path / "POSCAR").write_text(poscar, encoding="utf-8")
+    assert automatic_kpoint_grid(density, poscar=tmp_path / "POSCAR", rounding="up") == grid
+
+
+def test_an_unknown_rounding_is_refused(tmp_path):
+    (tmp_path / "POSCAR").write_text(SI_POSCAR, encoding="utf-8")
+    with pytest.raises(KpointsError, match="nearest, up"):
+        automatic_kpoint_grid(20, poscar=tmp_path / "POSCAR", rounding="ceil")
+
+
+@pytest.mark.parametrize("density", [0, -1, float("nan"), "40", True])
 def test_bad_density(tmp_path, density):
     (tmp_path / "POSCAR").write_text(SI_POSCAR, encoding="utf-8")
     with pytest.raises(KpointsError):

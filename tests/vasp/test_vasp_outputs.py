@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from httk.workflow.vasp import (
@@ -105,3 +108,84 @@ def test_validate_workdir(tmp_path):
     for bad, match in ((spaced, "whitespace"), (long, "over the limit"), (tmp_path / "missing", "not a directory")):
         with pytest.raises(VaspWorkdirError, match=match):
             validate_vasp_workdir(bad)
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "vasp"
+RELAX_INCAR_QUOTED = 'SYSTEM = "Si ; relax"\nIBRION = 2\nNSW = 50\n'
+
+
+@pytest.mark.parametrize(
+    ("incar", "problem"),
+    [
+        ("IBRION = 2\nNSW 50\n", "has no '='"),  # VASP would stop on it too: never read as "no tags"
+        ('SYSTEM = "never closed\nIBRION = 2\n', "never closed"),
+    ],
+)
+def test_an_unreadable_incar_is_a_problem_never_an_empty_incar(tmp_path, incar, problem):
+    files(tmp_path, OUTCAR=OUTCAR_DONE.replace(" reached required", " not"), INCAR=incar)
+    results = extract_vasp_results(tmp_path)
+    assert not results.converged
+    assert len(results.problems) == 1 and "INCAR cannot be read" in results.problems[0]
+    assert problem in results.problems[0]
+
+
+def test_an_unfinished_relaxation_with_a_quoted_incar_is_not_converged(tmp_path):
+    # The issue's case: the quoted SYSTEM used to make read_incar raise, the INCAR read as empty, the run "converged".
+    files(tmp_path, OUTCAR=OUTCAR_DONE.replace(" reached required", " not"), INCAR=RELAX_INCAR_QUOTED)
+    results = extract_vasp_results(tmp_path)
+    assert results.relaxation and not results.reached_accuracy and not results.converged and results.problems == ()
+
+
+VASP6_UNCONVERGED = (
+    "------------------------ aborting loop EDIFF was not reached (unconverged)  ----------------------------\n"
+)
+
+
+def test_vasp6_unconverged_scf_in_outcar_alone_is_not_converged(tmp_path):
+    files(tmp_path, OUTCAR=VASP6_UNCONVERGED + OUTCAR_DONE.replace(" reached required", " not"))
+    results = extract_vasp_results(tmp_path)
+    assert results.finished and results.electronic_converged is False and not results.converged
+
+
+def test_the_shipped_vasp6_sample_says_unconverged(tmp_path):
+    # 12 SCF steps and no NELM echo: counted against the default NELM 60 they look converged; VASP's line says not.
+    shutil.copy(DATA / "OUTCAR.vasp6-unconverged", tmp_path / "OUTCAR")
+    results = extract_vasp_results(tmp_path)
+    assert results.electronic_steps == 12 and results.electronic_converged is False
+
+
+def test_a_verdict_of_an_earlier_ionic_step_says_nothing_of_the_last_scf(tmp_path):
+    step = "---------------------------------- Iteration    {}(   {})  ----------------------------------\n"
+    converged = "------------------------ aborting loop because EDIFF is reached ------------------------\n"
+    outcar = step.format(1, 1) + converged + step.format(2, 1) + VASP6_UNCONVERGED + step.format(3, 1) + OUTCAR_DONE
+    files(tmp_path, OUTCAR=outcar)
+    # Step 3 has no verdict (VASP 5 is silent when NELM runs out): its own count (1 of NELM 60) decides, not step 2.
+    assert extract_vasp_results(tmp_path).electronic_converged is True
+    files(tmp_path, OUTCAR=outcar.replace(step.format(3, 1), ""))
+    assert extract_vasp_results(tmp_path).electronic_converged is False
+
+
+def test_the_shipped_samples_read(tmp_path):
+    for name in ("OUTCAR", "OSZICAR"):
+        shutil.copy(DATA / name, tmp_path / name)
+    results = extract_vasp_results(tmp_path)
+    # The two are of different runs. OSZICAR (3 ionic steps of 12, 6 and 5 SCF steps) wins the energies and the
+    # counts; the OUTCAR (a static run of 13 SCF steps) says finished.
+    assert (results.energy, results.energy_sigma0) == (-10.817726, -10.817714)
+    assert results.ionic_steps == 3 and results.electronic_steps == 5 and results.finished
+    (tmp_path / "OSZICAR").unlink()
+    results = extract_vasp_results(tmp_path)
+    assert results.energy == pytest.approx(-10.28370484) and results.energy_sigma0 == pytest.approx(-10.27894668)
+    assert results.electronic_steps == 13 and results.ionic_steps == 0
+    assert results.finished and results.electronic_converged is True and results.converged
+
+
+def test_an_outcar_alone_is_judged_by_its_own_scf_count_and_echoed_nelm(tmp_path):
+    # VASP 5 writes no verdict when NELM runs out; OUTCAR's "Iteration 1( 40)" and its echo "NELM = 40" still tell.
+    echo = "   NELM   =     40;   NELMIN=  2; NELMDL= -5     # of ELM steps\n   IBRION =     -1    ionic relax\n"
+    step = "----------------------------------------- Iteration    1(  {})  ----------------------------------------\n"
+    files(tmp_path, OUTCAR=echo + "".join(step.format(k) for k in range(1, 41)) + OUTCAR_DONE)
+    results = extract_vasp_results(tmp_path)
+    assert results.electronic_steps == 40 and results.electronic_converged is False and not results.converged
+    files(tmp_path, OUTCAR=echo.replace("40;", "60;") + "".join(step.format(k) for k in range(1, 41)) + OUTCAR_DONE)
+    assert extract_vasp_results(tmp_path).converged

@@ -129,3 +129,20 @@ def test_contcar_promotion(tmp_path):
     assert (tmp_path / "POSCAR").read_text() == moved
     assert (tmp_path / "POSCAR.orig").read_text() == SI_POSCAR
     assert (tmp_path / "CONTCAR").exists()
+
+
+@pytest.mark.parametrize(
+    ("species_line", "counts_line", "species", "counts"),
+    [
+        ("Fe O   ! species", "1 1   ! counts", ("Fe", "O"), (1, 1)),
+        ("Fe O", "1 1 !counts", ("Fe", "O"), (1, 1)),
+        ("Fe O! glued", "1 1", ("Fe", "O"), (1, 1)),
+        (None, "1 1 ! VASP 4: no species line", (), (1, 1)),
+    ],
+)
+def test_a_trailing_comment_on_the_species_or_counts_line_is_ignored(
+    tmp_path, species_line, counts_line, species, counts
+):
+    replacement = (f"{species_line}\n" if species_line is not None else "") + f"{counts_line}\n"
+    header = read_poscar_header(write(tmp_path, FEO_POSCAR.replace("Fe O\n1 1\n", replacement)))
+    assert header.species == species and header.counts == counts

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from test_vasp_support import SI_POSCAR
@@ -83,3 +84,19 @@ def test_report_format_is_checked(tmp_path):
     (tmp_path / "r.json").write_text('{"format": "other"}')
     with pytest.raises(ValueError):
         read_vasp_run_report(tmp_path / "r.json")
+
+
+def test_a_vasprun_that_used_nelm_steps_is_diagnosed_electronic_unconverged(calc, tmp_path):
+    # No OSZICAR, no OUTCAR: the diagnosis reads vasprun.xml (the sample, its NELM lowered to its 13 SCF steps).
+    sample = (Path(__file__).resolve().parents[1] / "data" / "vasp" / "vasprun.xml").read_text(encoding="iso-8859-1")
+    assert 'name="NELM">    60<' in sample and sample.count("<scstep>") == 13
+    (tmp_path / "vasprun.xml").write_text(sample.replace('name="NELM">    60<', 'name="NELM">    13<'),
+                                          encoding="iso-8859-1")
+    copier = tmp_path / "copy_vasprun.py"
+    copier.write_text(f"import shutil\nshutil.copy({str(tmp_path / 'vasprun.xml')!r}, 'vasprun.xml')\n")
+    result = run_vasp(calc, [sys.executable, str(copier)], timeout=60)
+    assert result.returncode == 0 and result.diagnosis == ("electronic_unconverged",) and not result.converged
+    assert result.energy == pytest.approx(-10.28370484)
+    (tmp_path / "vasprun.xml").write_text(sample, encoding="iso-8859-1")
+    result = run_vasp(calc, [sys.executable, str(copier)], timeout=60)
+    assert result.diagnosis == () and result.converged and result.report["problems"] == []

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .domain.model import Failure
-    from .protocol import JobSpec, prepare_job_payload
+    from .protocol import JobSpec, prepare_job_payload, prepare_job_payloads
     from .runtime import ChildResult, ChildSpec, RunnerRef
     from .sdk import Attempt, Runner
     from .workspace import Workspace
@@ -28,6 +28,7 @@ __all__ = [
     "RunnerRef",
     "Workspace",
     "prepare_job_payload",
+    "prepare_job_payloads",
     "protocol",
     "runtime",
     "runtime_utils",
@@ -43,6 +44,7 @@ _NAMES = {
     "ChildResult": "runtime",
     "JobSpec": "protocol",
     "prepare_job_payload": "protocol",
+    "prepare_job_payloads": "protocol",
     "Failure": "domain.model",
     "Workspace": "workspace",
 }

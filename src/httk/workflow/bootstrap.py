@@ -1,10 +1,14 @@
 """The composition root: the only module that names adapter classes.
 
-A ``Container`` wires ports to adapters; tests override providers with the
-public doubles (``container.fs.override(providers.Object(InMemoryFilesystem()))``)
-or build services on ``testing.memory_ports()``. Services receive ports by
-constructor injection. Adapters needed only by some commands (signing, log
-rotation) are imported where they are used, so every CLI call starts fast.
+A ``Container`` wires ports to adapters. Its ``config`` (a ``Configuration``)
+selects the filesystem and the clock (``Selector``: posix or memory, system or
+fake) and places the registries; a manager is a ``Factory`` with its process
+control, id, verifier and ``gc_hook`` injected at construction. Tests override
+providers with the public doubles (``container.override_providers(process=...)``,
+``testing.memory_manager``, ``testing.memory_container``). Services receive
+ports by constructor injection. Adapters needed only by some commands (signing,
+log rotation, SSH) are imported where they are used, so every CLI call starts
+fast; docs/architecture.md "Composition root" has the figures.
 """
 
 from __future__ import annotations
@@ -13,84 +17,165 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from dependency_injector import containers, providers
-
-from .adapters.batch.base import CommandLineBatchSystem
-from .adapters.batch.local import LocalBatchSystem
-from .adapters.batch.slurm import SlurmBatchSystem
 from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
-from .adapters.process import LocalProcessControl
-from .adapters.transport_local import LocalTransport
-from .engine.attempts import LaunchSettings
-from .engine.manager import Manager, ManagerConfig
-from .operations.gc import GarbageCollector
-from .operations.remotes import Remote, RemoteError
-from .ports import BatchSystem, RemoteTransport, Signer
+from .adapters.plugins import EntryPointCatalog
+from .operations.registry import Registry
+from .operations.remotes import Remote, RemoteRegistry
+from .ports import BatchSystem, Clock, Filesystem, Ids, ProcessControl, RemoteTransport, Signer, Verifier
 from .store.workspaces import Ports, WorkspaceHandle, WorkspaceService
 
-#: Entry-point group through which an installed package adds a batch system (ARCHITECTURE.md rule 7).
-BATCH_SYSTEM_ENTRY_POINTS = "httk.workflow.batch_systems"
+if TYPE_CHECKING:
+    # The manager, its launch settings and the garbage collector are imported by the providers
+    # that build them: a read-only command (``workspace status``) never pays for the engine.
+    from .engine.attempts import LaunchSettings
+    from .engine.manager import Manager, ManagerConfig
+
+#: Optional backends dependency-injector imports at its own import when they are installed
+#: (``Configuration.from_yaml``/``from_pydantic``, which this package never calls).
+_UNUSED_BACKENDS = frozenset({"yaml", "pydantic_settings", "pydantic"})
 
 
-def adapter_templates_path() -> str:
-    """The packaged remote templates (top-level ``adapters/``, shipped as ``adapter_templates``)."""
+class _HideBackends:
+    """A meta-path finder under which the unused backends are not installed."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name.split(".", 1)[0] in _UNUSED_BACKENDS:
+            raise ModuleNotFoundError(f"{name} is hidden while dependency-injector is imported", name=name)
+
+
+def _import_dependency_injector() -> None:
+    """Import dependency-injector with its unused optional backends hidden for the length of the import.
+
+    With pydantic and PyYAML installed (pymatgen brings them), its ``providers`` module
+    imports them eagerly: about 0.3 s of every command's start-up. A backend already
+    imported is used as it is, and every one is importable as usual afterwards.
+    """
+    finder = _HideBackends()
+    sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
+    try:
+        import dependency_injector.containers  # noqa: F401  (imports .providers)
+    finally:
+        sys.meta_path.remove(finder)  # type: ignore[arg-type]
+
+
+_import_dependency_injector()
+
+from dependency_injector import containers, providers  # noqa: E402  (after the guard above)
+
+
+def adapter_program_path() -> str:
+    """The generic adapter program ``remote check`` runs on a target (top-level ``adapters/adapter``)."""
     from importlib.resources import files
 
-    return str(files("httk.workflow").joinpath("adapter_templates"))
+    return str(files("httk.workflow").joinpath("adapter_bundle", "adapter"))
 
 
-def _ssh_transport(**options: Any) -> RemoteTransport:
-    # Imported on first use: fabric and paramiko cost a fifth of a second that local commands never need.
-    from .adapters.transport_ssh import SshTransport
+def _memory_filesystem(clock: Clock) -> Filesystem:
+    # Imported on first use: the production CLI never selects the in-memory double.
+    from .testing.memory_fs import InMemoryFilesystem
 
-    return SshTransport(**options)
-
-
-#: The batch systems of this distribution; others arrive through the entry-point group.
-BUILT_IN_BATCH_SYSTEMS: dict[str, type[CommandLineBatchSystem]] = {"local": LocalBatchSystem, "slurm": SlurmBatchSystem}
+    return InMemoryFilesystem(clock=clock)
 
 
-def check_batch_setting(name: str, value: Any) -> None:
-    """Let the batch system named by the setting's first component refuse it (``slurm.*``: Slurm).
+def _fake_clock() -> Clock:
+    from .testing.clock import FakeClock
 
-    Raises :class:`~httk.workflow.ports.BatchSystemError`. Only the one entry point of
-    that name is loaded, so ``settings set vasp.command ...`` imports nothing.
-    """
-    system_name = name.split(".", 1)[0]
-    system = BUILT_IN_BATCH_SYSTEMS.get(system_name)
-    if system is None:
-        from importlib.metadata import entry_points
+    return FakeClock()
 
-        found = [entry for entry in entry_points(group=BATCH_SYSTEM_ENTRY_POINTS) if entry.name == system_name]
-        if not found:
-            return
-        system = found[0].load()
-    checker = getattr(system, "check_setting", None)
-    if checker is not None:
-        checker(name, value)
+
+def _verifier() -> Verifier:
+    # Imported on first use: cryptography costs start-up that only a manager pays.
+    from .adapters.signing import Ed25519Verifier
+
+    return Ed25519Verifier()
+
+
+def _process_control() -> ProcessControl:
+    # Imported on first use: only a manager controls processes.
+    from .adapters.process import LocalProcessControl
+
+    return LocalProcessControl()
+
+
+def _manager(**given: Any) -> Manager:
+    """A :class:`Manager` of ``given`` (the engine is imported on the first manager built)."""
+    from .engine.manager import Manager
+
+    return Manager(**given)
+
+
+def _new_manager_id(ids: Ids) -> str:
+    return f"m-{ids.new_hex(12)}"
+
+
+def _launch_settings(runner_search_paths: Sequence[str] = (), base_env: Mapping[str, str] | None = None
+                     ) -> LaunchSettings:
+    """How attempts start: this interpreter, the packaged Bash library, :func:`attempt_base_env` of this process."""
+    from .engine.attempts import LaunchSettings
+
+    return LaunchSettings(
+        python=sys.executable,
+        shell_lib=shell_library_path(),
+        base_env=dict(base_env) if base_env is not None else attempt_base_env(os.environ),
+        runner_search_paths=tuple(os.path.abspath(path) for path in runner_search_paths),
+    )
+
+
+def _garbage_collection(handle: WorkspaceHandle) -> Callable[[], None]:
+    """The manager's ``gc_hook``: one retention pass over ``handle`` (called only with ``gc_interval`` set)."""
+
+    def collect() -> None:
+        from .operations.gc import GarbageCollector
+
+        GarbageCollector(handle).run()
+
+    return collect
 
 
 class Container(containers.DeclarativeContainer):
-    """Ports and services of one process."""
+    """Ports and services of one process.
 
-    fs = providers.Singleton(PosixFilesystem)
-    clock = providers.Singleton(SystemClock)
-    ids = providers.Singleton(UuidIds)
-    process = providers.Singleton(LocalProcessControl)
-    ports = providers.Singleton(Ports, fs=fs, clock=clock, ids=ids, check_setting=providers.Object(check_batch_setting))
-    workspaces = providers.Singleton(WorkspaceService, ports=ports)
-    adapter_templates = providers.Callable(adapter_templates_path)
-    #: Keyed by a template's ``transport`` and ``batch``; a test overrides them with doubles.
-    transports = providers.FactoryAggregate(
-        local=providers.Factory(LocalTransport), ssh=providers.Factory(_ssh_transport)
+    ``config`` holds what the container cannot know by itself: ``filesystem``
+    (``posix`` or ``memory``) and ``clock`` (``system`` or ``fake``) select the
+    adapters, and ``registry_path``, ``remotes_dir`` and ``default_workspace``
+    (set by the CLI from the XDG homes of each invocation) place the registries.
+    """
+
+    config = providers.Configuration(default={"filesystem": "posix", "clock": "system"})
+    clock = providers.Selector(
+        config.clock, system=providers.Singleton(SystemClock), fake=providers.Singleton(_fake_clock)
     )
-    batch_systems = providers.FactoryAggregate(
-        local=providers.Factory(LocalBatchSystem), slurm=providers.Factory(SlurmBatchSystem)
+    fs = providers.Selector(
+        config.filesystem,
+        posix=providers.Singleton(PosixFilesystem),
+        memory=providers.Singleton(_memory_filesystem, clock=clock),
+    )
+    ids = providers.Singleton(UuidIds)
+    process = providers.Singleton(_process_control)
+    #: The batch systems and transports, registered only through entry points (ARCHITECTURE.md rule 7);
+    #: a test overrides it with ``EntryPointCatalog(given={group: {name: double}})``.
+    plugins = providers.Singleton(EntryPointCatalog)
+    ports = providers.Singleton(Ports, fs=fs, clock=clock, ids=ids, check_setting=plugins.provided.check_setting)
+    workspaces = providers.Singleton(WorkspaceService, ports=ports)
+    #: This user's workspace names (a Factory: the paths are read from ``config`` on each call).
+    registry = providers.Factory(Registry, fs, config.registry_path, config.default_workspace)
+    adapter_program = providers.Callable(adapter_program_path)
+    remote_registry = providers.Factory(RemoteRegistry, fs, config.remotes_dir, plugins, adapter_program)
+    verifier = providers.Singleton(_verifier)
+    launch = providers.Factory(_launch_settings)
+    #: ``manager(handle=..., config=..., launch=..., gc_hook__handle=...)``: see :func:`new_manager`.
+    manager = providers.Factory(
+        _manager,
+        process=process,
+        manager_id=providers.Factory(_new_manager_id, ids=ids),
+        verifier=verifier,
+        gc_hook=providers.Factory(_garbage_collection),
     )
 
 
@@ -107,33 +192,7 @@ def default_container() -> Container:
 
 def remote_adapters(container: Container, remote: Remote) -> tuple[RemoteTransport, BatchSystem]:
     """The transport and batch system of a configured remote (not connected yet: that happens on first use)."""
-    remote.require_complete()
-    settings = remote.settings
-    timeout = float(settings.get("command_timeout", 300))
-    if remote.template.transport == "ssh":
-        transport = container.transports(
-            "ssh",
-            host=settings["host"],
-            # Unset: ~/.ssh/config's Port for the host, else 22 (the template default only describes that).
-            port=remote.chosen.get("port"),
-            user=settings.get("username"),
-            key_filename=settings.get("key_filename"),
-            known_hosts=settings.get("known_hosts"),
-            connect_timeout=float(settings.get("connect_timeout", 10)),
-        )
-    else:
-        transport = container.transports(remote.template.transport)
-    name = remote.template.batch
-    if name in container.batch_systems.providers:
-        return transport, container.batch_systems(name, transport, timeout=timeout)
-    from importlib.metadata import entry_points
-
-    for entry in entry_points(group=BATCH_SYSTEM_ENTRY_POINTS):
-        if entry.name == name:
-            return transport, entry.load()(transport, timeout=timeout)
-    raise RemoteError(
-        f"remote {remote.name}: no batch system {name!r} is installed (entry points {BATCH_SYSTEM_ENTRY_POINTS})"
-    )
+    return container.remote_registry().adapters(remote)
 
 
 def shell_library_path() -> str:
@@ -163,23 +222,19 @@ def attempt_base_env(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def new_manager(container: Container, handle: WorkspaceHandle, config: ManagerConfig, **given: Any) -> Manager:
+    """The container's manager for ``handle``: its process control, id, verifier and ``gc_hook``.
+
+    ``given`` are keyword arguments of :class:`Manager` that replace the container's
+    (``manager_id``, ``out``); a test overrides providers instead (``testing.memory_manager``).
+    """
+    launch = container.launch(runner_search_paths=config.runner_search_paths)
+    return container.manager(handle=handle, config=config, launch=launch, gc_hook__handle=handle, **given)
+
+
 def build_manager(container: Container, handle: WorkspaceHandle, config: ManagerConfig) -> Manager:
     """Wire a manager for ``handle`` with this process's adapters and logging."""
-    process = container.process()
-    ids = container.ids()
-    manager_id = f"m-{ids.new_hex(12)}"
-    launch = LaunchSettings(
-        python=sys.executable,
-        shell_lib=shell_library_path(),
-        base_env=attempt_base_env(os.environ),
-        runner_search_paths=tuple(os.path.abspath(path) for path in config.runner_search_paths),
-    )
-    manager = Manager(handle, process, launch, config, manager_id=manager_id)
-    from .adapters.signing import Ed25519Verifier
-
-    manager.verifier = Ed25519Verifier()
-    if config.gc_interval is not None:
-        manager.gc_hook = lambda: GarbageCollector(handle).run()
+    manager = new_manager(container, handle, config)
     configure_logging(config, manager.log_path())
     return manager
 

@@ -2,30 +2,172 @@
 
 Canonical JSON (sorted keys, compact separators, UTF-8, trailing newline for
 files) is what makes two writers — Python and Bash, or two managers — produce
-the same bytes for the same document. Structured value types go through the one
-cattrs converter below; every decoding error names the document and the member.
+the same bytes for the same document. Every on-disk document is a frozen attrs
+record that the one cattrs converter below structures (:func:`structure`,
+:func:`read`) and unstructures (:func:`unstructure`): a record's ``FORMAT``
+(:class:`Format`) is checked and written here, an unknown member is refused, and
+every error is one line naming the document and the member's path from cattrs'
+``transform_error`` (``job.json @ $.retry_policy.maximum_total_attempts: expected
+int, got string``). Only this module imports cattrs, and only on first use.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
-from typing import Any, TypeVar
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
 _converter: Any = None
 
 
+class Format(NamedTuple):
+    """A document's ``format`` name and ``format_version``: a record's ``FORMAT`` class variable.
+
+    Defined once beside its record; :func:`structure` checks it and :func:`unstructure` writes it.
+    (Not an attrs class: ``calc`` imports this module and should not pay for attrs.)
+    """
+
+    name: str
+    version: int = 1
+
+
+class Problem(ValueError):
+    """What a structure hook refuses; ``member`` names a member below the value's own path."""
+
+    def __init__(self, problem: str, member: str = "") -> None:
+        super().__init__(problem)
+        self.member = member
+
+
 def converter() -> Any:
-    """The one cattrs converter (created on first use: runner-side code never pays its import)."""
+    """The one cattrs converter (created on first use: ``calc`` and ``run`` never pay its import).
+
+    Strict: a JSON value of the wrong type is refused (cattrs would turn ``5`` into ``"5"``),
+    an unknown member of a record is refused, and ``Annotated[base, check, ...]`` runs each
+    domain ``check`` on the structured value, its ``ValueError`` becoming the problem.
+    """
     global _converter
     if _converter is None:
+        import attrs
         import cattrs
 
-        _converter = cattrs.Converter(forbid_extra_keys=True)
+        made = cattrs.Converter(forbid_extra_keys=True)
+        # By class: cattrs dispatches primitives by class before any predicate, subclasses (a str
+        # Enum such as StateKind) included, which _strict makes into their members.
+        for base, name in ((str, "string"), (int, "int"), (bool, "boolean")):
+            made.register_structure_hook(base, _strict(base, name))
+        made.register_structure_hook(float, _number)
+        made.register_structure_hook_func(_is_json_object, _json_object)
+        made.register_structure_hook_func(_is_strings, _strings)
+        made.register_structure_hook_factory(_is_array, lambda kind: _array(made, kind))
+        made.register_structure_hook_factory(attrs.has, lambda cls: _record(made, cls))
+        made.register_structure_hook_factory(_is_checked, lambda kind: _checked(made, kind))
+        made.register_unstructure_hook_factory(_has_omitted, lambda kind: _omitting(made, kind))
+        _converter = made
     return _converter
+
+
+def _strict(base: type, name: str) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, kind: Any) -> Any:
+        # bool is an int in Python and never one in a document.
+        if not isinstance(value, base) or (base is int and isinstance(value, bool)):
+            raise Problem(f"expected {name}, got {type_name(value)}")
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            # A StrEnum is a str: this hook serves it too, and must return its member (StateKind, not "ready").
+            try:
+                return kind(value)
+            except ValueError:
+                raise Problem(f"expected one of {', '.join(str(item.value) for item in kind)}") from None
+        return value
+
+    return structure
+
+
+def _number(value: Any, _kind: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise Problem(f"expected number, got {type_name(value)}")
+    return float(value)
+
+
+def _is_json_object(kind: Any) -> bool:
+    return typing.get_origin(kind) in (dict, Mapping) and typing.get_args(kind) == (str, Any)
+
+
+def _is_strings(kind: Any) -> bool:
+    return kind in (tuple[str, ...], list[str])
+
+
+def _json_object(value: Any, _kind: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Problem(f"expected object, got {type_name(value)}")
+    return value
+
+
+def _strings(value: Any, kind: Any) -> Any:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise Problem("expected an array of strings")
+    return tuple(value) if typing.get_origin(kind) is tuple else list(value)
+
+
+def _is_array(kind: Any) -> bool:
+    # An array of records; an array of strings has its own hook (_strings).
+    return (typing.get_origin(kind) is tuple and len(typing.get_args(kind)) == 2
+            and typing.get_args(kind)[1] is ... and not _is_strings(kind))
+
+
+def _array(made: Any, kind: Any) -> Callable[[Any, Any], Any]:
+    """cattrs' structure function of ``tuple[X, ...]``, behind a check that it got an array."""
+    from cattrs.cols import homogenous_tuple_structure_factory
+
+    inner = homogenous_tuple_structure_factory(kind, made)
+
+    def structure(value: Any, _kind: Any) -> Any:
+        # cattrs would iterate a string, or an object's keys, as if it were the array.
+        if not isinstance(value, list):
+            raise Problem(f"expected array, got {type_name(value)}")
+        return inner(value, kind)
+
+    return structure
+
+
+def _record(made: Any, cls: type) -> Callable[[Any, Any], Any]:
+    """cattrs' generated structure function of an attrs record, behind a check that it got an object."""
+    from cattrs.gen import make_dict_structure_fn
+
+    inner = make_dict_structure_fn(cls, made)
+
+    def structure(value: Any, _kind: Any) -> Any:
+        if not isinstance(value, dict):
+            raise Problem(f"expected object, got {type_name(value)}")
+        return inner(value, cls)
+
+    return structure
+
+
+def _is_checked(kind: Any) -> bool:
+    return typing.get_origin(kind) is typing.Annotated
+
+
+def _checked(made: Any, kind: Any) -> Callable[[Any, Any], Any]:
+    base, *checks = typing.get_args(kind)
+    inner = made.get_structure_hook(base)
+
+    def structure(value: Any, _kind: Any) -> Any:
+        result = inner(value, base)
+        for check in checks:
+            try:
+                check(result)
+            except ValueError as error:
+                raise Problem(str(error)) from None
+        return result
+
+    return structure
 
 
 class DocumentError(ValueError):
@@ -119,44 +261,80 @@ def decode_object(data: bytes, document: str) -> dict[str, Any]:
 
 
 def structure(value: Any, cls: type[T], document: str) -> T:
-    """Structure ``value`` into ``cls`` with the shared converter; errors name the member."""
+    """Structure ``value`` into ``cls`` with the shared converter; errors name the member.
+
+    A record with a ``FORMAT`` (:class:`Format`) class variable is a whole document: its
+    ``format`` and ``format_version`` members are checked first and are not record fields.
+    """
     import cattrs
 
+    expected = getattr(cls, "FORMAT", None)
+    if isinstance(expected, Format):
+        value = _strip_format(value, expected, document)
+    made = converter()
     try:
-        return converter().structure(value, cls)
+        return made.structure(value, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as error:
-        member, problem = _first_problem(error)
+        messages = cattrs.transform_error(error, format_exception=_format_problem)
+        member, problem = _split(messages[0] if messages else f"{error} @ $")
         raise DocumentError(document, member, problem) from None
 
 
+def read(data: bytes, cls: type[T], document: str) -> T:
+    """Parse JSON bytes and structure them into ``cls`` (:func:`decode`, then :func:`structure`)."""
+    return structure(decode(data, document), cls, document)
+
+
 def unstructure(value: Any) -> Any:
-    return converter().unstructure(value)
+    """The JSON value of a record; a record with a ``FORMAT`` gets its ``format`` members too."""
+    document = converter().unstructure(value)
+    expected = getattr(type(value), "FORMAT", None)
+    if isinstance(expected, Format):
+        document = {"format": expected.name, "format_version": expected.version, **document}
+    return document
 
 
-def _first_problem(error: BaseException, path: str = "$") -> tuple[str, str]:
+def _strip_format(value: Any, expected: Format, document: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DocumentError(document, "$", "expected an object")
+    if value.get("format") != expected.name:
+        raise DocumentError(document, "$.format", f"expected {expected.name!r}")
+    version = value.get("format_version")
+    if type(version) is not int or version != expected.version:
+        raise DocumentError(document, "$.format_version", f"expected {expected.version}")
+    return {key: item for key, item in value.items() if key not in ("format", "format_version")}
+
+
+#: Separates a member below the reported path from the problem in a formatted message.
+_BELOW = "\x1f"
+
+
+def _format_problem(error: BaseException, _kind: Any) -> str:
+    """cattrs' message hook: today's wording (``unknown member; known: …``), not a type's repr."""
     import cattrs
 
-    if isinstance(error, cattrs.BaseValidationError):
-        for inner in error.exceptions:
-            note = _note(inner)
-            return _first_problem(inner, path + note)
-        return path, str(error)
     if isinstance(error, cattrs.ForbiddenExtraKeysError):
-        return f"{path}.{sorted(error.extra_fields)[0]}", "unknown member"
+        import attrs
+
+        known = {field.name for field in attrs.fields(error.cl)}
+        if isinstance(getattr(error.cl, "FORMAT", None), Format):
+            known |= {"format", "format_version"}
+        return f"{sorted(error.extra_fields)[0]}{_BELOW}unknown member; known: {', '.join(sorted(known))}"
+    if isinstance(error, Problem):
+        return f"{error.member}{_BELOW}{error}"
     if isinstance(error, KeyError):
-        return path, f"missing member {error}"
-    return path, str(error) or type(error).__name__
+        return "missing member"
+    return str(error) or type(error).__name__
 
 
-def _note(error: BaseException) -> str:
-    for note in getattr(error, "__notes__", ()):
-        name = getattr(note, "name", None)
-        index = getattr(note, "index", None)
-        if name is not None:
-            return f".{name}"
-        if index is not None:
-            return f"[{index}]"
-    return ""
+def _split(message: str) -> tuple[str, str]:
+    """``(member path, problem)`` from one ``transform_error`` line (``problem @ $.path``)."""
+    problem, _, path = message.rpartition(" @ $")
+    below, _, problem = problem.rpartition(_BELOW)
+    member = "$" + path
+    if below:
+        member += below if below.startswith("[") else f".{below}"
+    return member, problem
 
 
 def type_name(value: Any) -> str:
@@ -175,58 +353,31 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
-class Checked:
-    """A tiny member checker for hand-validated documents (job.json, outcome.json)."""
+def _has_omitted(kind: Any) -> bool:
+    """A record with a member marked ``OMIT_WHEN_NONE`` (:mod:`.domain.model`)."""
+    import attrs
 
-    __slots__ = ("document",)
+    from .domain.model import OMIT_WHEN_NONE
 
-    def __init__(self, document: str) -> None:
-        self.document = document
-
-    def fail(self, member: str, problem: str) -> DocumentError:
-        return DocumentError(self.document, member, problem)
-
-    def string(self, obj: dict[str, Any], key: str, path: str, *, optional: bool = False) -> str | None:
-        value = obj.get(key)
-        if value is None and optional:
-            return None
-        if not isinstance(value, str):
-            raise self.fail(f"{path}.{key}", f"expected string, got {type_name(value)}")
-        return value
-
-    def integer(self, obj: dict[str, Any], key: str, path: str, *, optional: bool = False) -> int | None:
-        value = obj.get(key)
-        if value is None and optional:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.fail(f"{path}.{key}", f"expected int, got {type_name(value)}")
-        return value
-
-    def obj(self, obj: dict[str, Any], key: str, path: str, *, optional: bool = False) -> dict[str, Any]:
-        value = obj.get(key)
-        if value is None and optional:
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(f"{path}.{key}", f"expected object, got {type_name(value)}")
-        return value
-
-    def strings(self, obj: dict[str, Any], key: str, path: str) -> list[str]:
-        value = obj.get(key, [])
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise self.fail(f"{path}.{key}", "expected an array of strings")
-        return list(value)
+    return attrs.has(kind) and any(field.metadata.get(OMIT_WHEN_NONE) for field in attrs.fields(kind))
 
 
-FRAME_FORMAT = "httk-workflow-state-frame"
+def _omitting(made: Any, kind: Any) -> Callable[[Any], Any]:
+    # Such a member is written only when set: a frame keeps the bytes of the dict it replaced.
+    import attrs
+    from cattrs.gen import make_dict_unstructure_fn, override
+
+    from .domain.model import OMIT_WHEN_NONE
+
+    omitted = {field.name: override(omit_if_default=True)
+               for field in attrs.fields(kind) if field.metadata.get(OMIT_WHEN_NONE)}
+    return make_dict_unstructure_fn(kind, made, **omitted)  # type: ignore[no-any-return]
 
 
 def frame_to_json(frame: Any) -> dict[str, Any]:
     """A :class:`~httk.workflow.domain.frames.StateFrame` as its journal document."""
-    document = unstructure(frame)
-    document["format"] = FRAME_FORMAT
-    document["format_version"] = 1
+    document: dict[str, Any] = unstructure(frame)
+    document.update(format=frame.FORMAT_NAME, format_version=frame.FORMAT_VERSION)
     return document
 
 
@@ -234,7 +385,5 @@ def frame_from_json(document: dict[str, Any]) -> Any:
     """A journal document as a ``StateFrame``; raises :class:`DocumentError` naming the member."""
     from .domain.frames import StateFrame
 
-    if document.get("format") != FRAME_FORMAT or document.get("format_version") != 1:
-        raise DocumentError("state frame", "$.format", f"expected {FRAME_FORMAT} version 1")
-    values = {key: value for key, value in document.items() if key not in ("format", "format_version")}
-    return structure(values, StateFrame, "state frame")
+    expected = Format(StateFrame.FORMAT_NAME, StateFrame.FORMAT_VERSION)
+    return structure(_strip_format(document, expected, "state frame"), StateFrame, "state frame")

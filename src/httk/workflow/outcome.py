@@ -22,10 +22,11 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codec
 from .adapters.fs_posix import PosixFilesystem
+from .attempt_records import SpawnDocument, SpawnEntry, TransactionDocument, TransactionOperation
 from .domain.model import control_character
 from .protocol import PRIVATE_DIR, JobSpec
 from .runtime import ChildSpec
@@ -33,9 +34,8 @@ from .runtime import ChildSpec
 if TYPE_CHECKING:
     from .ports import Filesystem
 
-OUTCOME_FORMAT = "httk-workflow-outcome"
-SPAWN_FORMAT = "httk-workflow-spawn"
-TRANSACTION_FORMAT = "httk-workflow-transaction"
+T = TypeVar("T")
+
 ERROR_FORMAT = "httk-workflow-runner-error"
 BATCH_FORMAT = "httk-workflow-workdir-batch"
 READY = "outcome.ready"
@@ -147,6 +147,10 @@ class OutcomeDraft:
         self._published = False
         self.children: list[dict[str, Any]] = []
         self.operations: list[dict[str, Any]] = []
+        #: ``spawn.json`` is behind ``children``: written once, at publication. A draft that another
+        #: process continues (the Bash bridge, :meth:`resume`) is rewritten at every spawn instead.
+        self._spawn_unwritten = False
+        self._shared = False
 
     @property
     def directory(self) -> Path | None:
@@ -174,6 +178,8 @@ class OutcomeDraft:
         continues the existing ``outcome.tmp.*`` (its children and staged operations)
         instead of starting another.
         """
+        # A draft one process continues may be continued by the next: keep spawn.json whole throughout.
+        self._shared = True
         drafts = sorted(path for path in self._control.glob(f"{DRAFT_PREFIX}*") if path.is_dir())
         if not drafts:
             return []
@@ -183,8 +189,10 @@ class OutcomeDraft:
         directory = drafts[0]
         spawn = directory / "children" / "spawn.json"
         manifest = directory / "transaction" / "manifest.json"
-        self.children = list(_read_json(spawn)["children"]) if spawn.is_file() else []
-        self.operations = list(_read_json(manifest)["operations"]) if manifest.is_file() else []
+        self.children = [codec.unstructure(child) for child in _read(spawn, SpawnDocument).children] \
+            if spawn.is_file() else []
+        self.operations = [codec.unstructure(op) for op in _read(manifest, TransactionDocument).operations] \
+            if manifest.is_file() else []
         self._directory = directory
         return self.children
 
@@ -206,10 +214,23 @@ class OutcomeDraft:
         except BaseException:
             shutil.rmtree(payload, ignore_errors=True)
             raise
-        self.children.append(entry)
-        document = {"format": SPAWN_FORMAT, "format_version": 1, "children": self.children}
+        # Only the new child is structured (checked): the kept ones were when they were added (or
+        # read back by resume), and the caller keeps labels unique. Structuring every child again
+        # at each spawn made a fan-out quadratic: 2,000 spawns took 70 s, 20,000 would take hours.
+        self.children.append(codec.unstructure(SpawnEntry(**entry)))
+        # Rewriting the whole file at each spawn made a fan-out quadratic in bytes too; one process's
+        # draft writes it once, at publication, a shared one (the Bash bridge's) after every spawn.
+        self._spawn_unwritten = True
+        if self._shared:
+            self._write_spawn(draft)
+
+    def _write_spawn(self, draft: Path) -> None:
+        """Write ``children/spawn.json`` from ``children``."""
+        head = codec.unstructure(SpawnDocument(()))
+        data = codec.encode({**head, "children": self.children})
         # The draft is synced as a whole before publication; per-file fsyncs would be wasted.
-        self._fs.write_atomic(os.fspath(draft / "children" / "spawn.json"), codec.encode(document), durable=False)
+        self._fs.write_atomic(os.fspath(draft / "children" / "spawn.json"), data, durable=False)
+        self._spawn_unwritten = False
 
     def add_put(self, source: Path, destination: str) -> str:
         draft = self.ensure()
@@ -227,14 +248,16 @@ class OutcomeDraft:
     def _add_operation(self, operation: dict[str, Any]) -> None:
         assert self._directory is not None
         self.operations.append(operation)
-        document = {"format": TRANSACTION_FORMAT, "format_version": 1, "operations": self.operations}
+        document = TransactionDocument(tuple(TransactionOperation(**item) for item in self.operations))
         manifest = os.fspath(self._directory / "transaction" / "manifest.json")
-        self._fs.write_atomic(manifest, codec.encode(document), durable=False)
+        self._fs.write_atomic(manifest, codec.encode(codec.unstructure(document)), durable=False)
 
     def publish(self, outcome: dict[str, Any]) -> Path:
         """Write ``outcome.json`` and rename the draft to ``outcome.ready/``; return that path."""
         self.check_open()
         draft = self.ensure()
+        if self._spawn_unwritten:
+            self._write_spawn(draft)
         self._fs.write_atomic(os.fspath(draft / "outcome.json"), codec.encode(outcome), durable=False)
         if self._durable:
             self._fs.sync_tree(os.fspath(draft))
@@ -254,6 +277,7 @@ class OutcomeDraft:
             self._directory = None
         self.children = []
         self.operations = []
+        self._spawn_unwritten = False
 
 
 class WorkdirBatch:
@@ -417,7 +441,5 @@ def replay_workdir_batches(workdir: Path, *, durable: bool, fs: Filesystem | Non
     return replayed
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    from . import codec
-
-    return codec.decode_object(path.read_bytes(), os.fspath(path))
+def _read(path: Path, record: type[T]) -> T:
+    return codec.read(path.read_bytes(), record, os.fspath(path))

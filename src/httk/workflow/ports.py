@@ -9,9 +9,12 @@ absolute POSIX paths at this boundary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
+
+if TYPE_CHECKING:  # an annotation only: a runner imports this module and never needs the limits
+    from .domain.submit_limits import SubmitLimits
 
 T = TypeVar("T")
 
@@ -189,7 +192,17 @@ class Filesystem(Protocol):
     def sync_tree(self, path: str) -> None:
         """fsync every file and directory below ``path`` (used before a durable rename)."""
 
+    def sync_trees(self, paths: Sequence[str]) -> None:
+        """``sync_tree`` of every path, as one group commit: everything below them is durable on return.
+
+        The adapter may overlap the syncs (the POSIX one runs them on a few threads, so the
+        filesystem commits many in one journal transaction); no order among them is promised.
+        """
+
     def fsync_dir(self, path: str) -> None: ...
+
+    def fsync_dirs(self, paths: Sequence[str]) -> None:
+        """``fsync_dir`` of every directory, overlapped like :meth:`sync_trees`; all durable on return."""
 
     def sleep(self, seconds: float) -> None:
         """Wait; the in-memory filesystem advances its fake clock instead."""
@@ -359,6 +372,10 @@ class BatchSystem(Protocol):
         """The status of every id asked for (``UNKNOWN`` for an id the scheduler does not list)."""
 
     def cancel(self, job_ids: Sequence[str]) -> None: ...
+
+    def submit_limits(self, settings: Mapping[str, Any]) -> SubmitLimits:
+        """What the site lets this user still submit for managers of these ``settings`` (never raises for a
+        report it cannot read: that becomes one of the limits' notes)."""
 
 
 @attrs.frozen

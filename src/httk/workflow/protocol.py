@@ -1,21 +1,25 @@
-"""On-disk documents shared by the manager and the SDKs: job.json and digests.
+"""On-disk documents shared by the manager and the SDKs: job.json, digests, the run log.
 
-``JobSpec`` is the complete member set of a job definition; ``job.json`` is its
-canonical JSON and is immutable once written. Parsing validates every member and
-names the one that is wrong (``job.json @ $.retry_policy.maximum_total_attempts:
-expected int, got string``); an unknown member is refused at every level (a
-misspelt ``data.mdoe`` would otherwise make a job silently non-transactional), and
-a priority outside the 64-bit range every marker name can carry is refused.
-Spec: 000 "Submit a job", 001 "Spawning children"; docs/workflow_filesystem_api.md
-"Payloads".
+Each document is a frozen attrs record with its :class:`~httk.workflow.codec.Format`
+beside it; the one converter in :mod:`.codec` structures (reads) and unstructures
+(writes) it, so writer and reader share one definition. Reading names the member
+that is wrong (``job.json @ $.retry_policy.maximum_total_attempts: expected int, got
+string``); an unknown member is refused at every level (a misspelt ``data.mdoe``
+would otherwise make a job silently non-transactional), and a priority outside the
+64-bit range every marker name can carry is refused. ``JobSpec`` is the complete
+member set of a job definition (:class:`JobDocument` is its on-disk form);
+``job.json`` is its canonical JSON and is immutable once written. What one attempt
+exchanges with its manager is in :mod:`.attempt_records`. Spec: 000 "Submit a
+job", 001 "Spawning children"; docs/workflow_filesystem_api.md "Payloads".
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
 
 import attrs
 
@@ -26,7 +30,6 @@ from .domain.model import (
     DEFAULT_POOL,
     WORKDIR_MODES,
     RetryPolicy,
-    ValidationError,
     check_priority,
     check_step,
     check_tag,
@@ -35,20 +38,149 @@ from .domain.model import (
 if TYPE_CHECKING:
     from .ports import Filesystem
 
-JOB_FORMAT = "httk-workflow-job"
 RUNNER_SOURCES = ("payload", "workspace", "installed")
 PRIVATE_DIR = ".httk-job"
 JOB_FILE = "job.json"
 _SHA256_HEX = frozenset("0123456789abcdef")
+T = TypeVar("T")
+
+
+#: The on-disk records: frozen, compared and shown only as the documents they make. Without the
+#: generated ``__eq__``/``__repr__`` and slots a record costs a fifth of the class-creation time,
+#: which every runner start pays for each of them.
+document_record = attrs.frozen(slots=False, eq=False, repr=False)
+
+
+def keyword_synonyms(**synonyms: str) -> Callable[[type[T]], type[T]]:
+    """Class decorator: each ``synonym=primary`` keyword is accepted for ``primary`` in the constructor.
+
+    One implementation: the synonym is renamed before the class's own ``__init__`` runs, so
+    the instance has only the primary member. Giving both at once is a ``TypeError`` naming both.
+    Used for the httk-workflow 2.1 spellings (``parameters=`` for ``inputs=``; docs/sdks/sdk_parity.md).
+    """
+
+    def decorate(cls: type[T]) -> type[T]:
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            for synonym, primary in synonyms.items():
+                if synonym in kwargs:
+                    if primary in kwargs:
+                        raise TypeError(
+                            f"{cls.__name__}() got both {primary}= and its synonym {synonym}=: give one of them"
+                        )
+                    kwargs[primary] = kwargs.pop(synonym)
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__  # type: ignore[misc]
+        return cls
+
+    return decorate
+
+
+def one_of(choices: tuple[str, ...]) -> Callable[[str], None]:
+    """A member check (``Annotated[str, one_of(...)]``) naming the choices."""
+
+    def check(value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+
+    return check
+
+
+def _relative(path: str) -> None:
+    if not path or path.startswith("/") or any(part == ".." for part in path.split("/")):
+        raise ValueError("expected a relative path without '..'")
+
+
+def _sha256(value: str) -> None:
+    if len(value) != 64 or not set(value) <= _SHA256_HEX:
+        raise ValueError("expected 64 lowercase hex digits")
+
+
+def _budget(value: int) -> None:
+    if value < 1:
+        raise ValueError("expected an int >= 1 or null")
+
+
+# --------------------------------------------------------------------------- job.json
+
+
+@document_record
+class RunnerDocument:
+    """``job.json`` ``runner``: where the runner comes from; a shared runner is pinned by digest."""
+
+    source: Annotated[str, one_of(RUNNER_SOURCES)]
+    path: Annotated[str, _relative]
+    sha256: Annotated[str, _sha256] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.sha256 is None and self.source != "payload":
+            raise codec.Problem(f"a {self.source} runner must be pinned by its sha256", "sha256")
+
+
+@document_record
+class ClaimDocument:
+    """``job.json`` ``claim``: what a manager must offer to claim the job (null: the default)."""
+
+    pool: str | None = None
+    capabilities: tuple[str, ...] | None = None
+
+
+@document_record
+class WorkdirDocument:
+    mode: Annotated[str, one_of(WORKDIR_MODES)] | None = None
+
+
+@document_record
+class DataDocument:
+    mode: Annotated[str, one_of(DATA_MODES)] | None = None
+
+
+@document_record
+class RetryPolicyDocument:
+    """``job.json`` ``retry_policy``: a missing budget takes its default, a null one is unlimited."""
+
+    maximum_attempts_per_activation: Annotated[int, _budget] | None = 3
+    maximum_total_attempts: Annotated[int, _budget] | None = None
+    maximum_activations: Annotated[int, _budget] | None = None
+    retry_on: tuple[str, ...] | None = None
+
+
+@document_record
+class JobDocument:
+    """``job.json`` as it is on disk (``httk-workflow-job`` v1); :class:`JobSpec` is its flat form.
+
+    A null optional member means its default, as an absent one does.
+    """
+
+    FORMAT: ClassVar[codec.Format] = codec.Format("httk-workflow-job", 1)
+
+    name: str
+    workflow: str
+    runner: RunnerDocument
+    initial_step: Annotated[str, check_step]
+    inputs: dict[str, Any] | None = None
+    priority: Annotated[int, check_priority] | None = None
+    executor: str | None = None
+    claim: ClaimDocument | None = None
+    workdir: WorkdirDocument | None = None
+    data: DataDocument | None = None
+    retry_policy: RetryPolicyDocument | None = None
+    resources: dict[str, Any] | None = None
+    declarations: dict[str, Any] | None = None
+    tag: Annotated[str, check_tag] | None = None
 
 
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+@keyword_synonyms(parameters="inputs")
 @attrs.frozen
 class JobSpec:
-    """The complete member set of a job definition."""
+    """The complete member set of a job definition (``parameters=`` is also accepted for ``inputs=``)."""
 
     name: str
     workflow: str
@@ -84,178 +216,78 @@ class JobSpec:
             retry_on=self.retry_on,
         )
 
+    @classmethod
+    def from_record(cls, record: JobDocument) -> JobSpec:
+        """The flat definition of a structured ``job.json``: null and absent members take their defaults."""
+        claim = record.claim or ClaimDocument()
+        policy = record.retry_policy or RetryPolicyDocument()
+        return cls(
+            name=record.name,
+            workflow=record.workflow,
+            runner_path=record.runner.path,
+            runner_source=record.runner.source,
+            runner_sha256=record.runner.sha256,
+            initial_step=record.initial_step,
+            inputs=record.inputs or {},
+            priority=record.priority or 0,
+            pool=claim.pool or DEFAULT_POOL,
+            capabilities=claim.capabilities or (),
+            executor=record.executor or DEFAULT_EXECUTOR,
+            workdir_mode=(record.workdir or WorkdirDocument()).mode or "persistent",
+            data_mode=(record.data or DataDocument()).mode or "none",
+            maximum_attempts_per_activation=policy.maximum_attempts_per_activation,
+            maximum_total_attempts=policy.maximum_total_attempts,
+            maximum_activations=policy.maximum_activations,
+            retry_on=policy.retry_on or (),
+            resources=record.resources or {},
+            declarations=record.declarations or {},
+            tag=record.tag,
+        )
+
+    def to_record(self) -> JobDocument:
+        """The on-disk record; every member is written, capabilities sorted."""
+        return JobDocument(
+            name=self.name,
+            workflow=self.workflow,
+            runner=RunnerDocument(self.runner_source, self.runner_path, self.runner_sha256),
+            initial_step=self.initial_step,
+            inputs=self.inputs,
+            priority=self.priority,
+            executor=self.executor,
+            claim=ClaimDocument(self.pool, tuple(sorted(self.capabilities))),
+            workdir=WorkdirDocument(self.workdir_mode),
+            data=DataDocument(self.data_mode),
+            retry_policy=RetryPolicyDocument(
+                self.maximum_attempts_per_activation,
+                self.maximum_total_attempts,
+                self.maximum_activations,
+                self.retry_on,
+            ),
+            resources=self.resources,
+            declarations=self.declarations,
+            tag=self.tag,
+        )
+
     def to_document(self) -> dict[str, Any]:
-        """The canonical ``job.json`` object."""
-        document = {
-            "format": JOB_FORMAT,
-            "format_version": 1,
-            "name": self.name,
-            "workflow": self.workflow,
-            "runner": self.runner,
-            "initial_step": self.initial_step,
-            "inputs": self.inputs,
-            "priority": self.priority,
-            "executor": self.executor,
-            "claim": {"pool": self.pool, "capabilities": sorted(self.capabilities)},
-            "workdir": {"mode": self.workdir_mode},
-            "data": {"mode": self.data_mode},
-            "retry_policy": {
-                "maximum_attempts_per_activation": self.maximum_attempts_per_activation,
-                "maximum_total_attempts": self.maximum_total_attempts,
-                "maximum_activations": self.maximum_activations,
-                "retry_on": list(self.retry_on),
-            },
-            "resources": self.resources,
-            "declarations": self.declarations,
-            "tag": self.tag,
-        }
-        validate_job_document(document, "job.json")
+        """The canonical ``job.json`` object; refused (``DocumentError``) as a reader would refuse it."""
+        try:
+            document = codec.unstructure(self.to_record())
+        except codec.Problem as error:  # a rule of a nested record (the runner's pin), not a JSON shape
+            raise codec.DocumentError(JOB_FILE, f"$.runner.{error.member}", str(error)) from None
+        validate_job_document(document, JOB_FILE)
         return document
 
     def to_bytes(self) -> bytes:
         return codec.encode(self.to_document())
 
 
-_TOP_MEMBERS = frozenset(
-    {
-        "format",
-        "format_version",
-        "name",
-        "workflow",
-        "runner",
-        "initial_step",
-        "inputs",
-        "priority",
-        "executor",
-        "claim",
-        "workdir",
-        "data",
-        "retry_policy",
-        "resources",
-        "declarations",
-        "tag",
-    }
-)
+def validate_job_document(document: Any, name: str = JOB_FILE) -> JobSpec:
+    """Structure a parsed job.json and return its :class:`JobSpec`; errors name the member."""
+    return JobSpec.from_record(codec.structure(document, JobDocument, name))
 
 
-def validate_job_document(document: Any, name: str = "job.json") -> JobSpec:
-    """Validate a parsed job.json and return its :class:`JobSpec`; errors name the member."""
-    check = codec.Checked(name)
-    if not isinstance(document, dict):
-        raise check.fail("$", "expected an object")
-    for key in sorted(document):
-        if key not in _TOP_MEMBERS:
-            raise check.fail(f"$.{key}", "unknown member")
-    if document.get("format") != JOB_FORMAT:
-        raise check.fail("$.format", f"expected {JOB_FORMAT!r}")
-    if document.get("format_version") != 1:
-        raise check.fail("$.format_version", "expected 1")
-    job_name = check.string(document, "name", "$")
-    workflow = check.string(document, "workflow", "$")
-    runner = check.obj(document, "runner", "$")
-    source = check.string(runner, "source", "$.runner")
-    if source not in RUNNER_SOURCES:
-        raise check.fail("$.runner.source", f"expected one of {', '.join(RUNNER_SOURCES)}")
-    runner_path = check.string(runner, "path", "$.runner")
-    assert runner_path is not None and source is not None
-    _check_relative(check, runner_path, "$.runner.path")
-    sha = check.string(runner, "sha256", "$.runner", optional=True)
-    if sha is not None and (len(sha) != 64 or not set(sha) <= _SHA256_HEX):
-        raise check.fail("$.runner.sha256", "expected 64 lowercase hex digits")
-    if sha is None and source != "payload":
-        raise check.fail("$.runner.sha256", f"a {source} runner must be pinned by its sha256")
-    extra = set(runner) - {"source", "path", "sha256"}
-    if extra:
-        raise check.fail(f"$.runner.{sorted(extra)[0]}", "unknown member")
-    step = check.string(document, "initial_step", "$")
-    try:
-        check_step(step or "")
-    except ValidationError as error:
-        raise check.fail("$.initial_step", str(error)) from None
-    inputs = check.obj(document, "inputs", "$", optional=True)
-    priority = check.integer(document, "priority", "$", optional=True) or 0
-    try:
-        check_priority(priority)  # the marker name carries it: the same bound every marker parser applies
-    except ValidationError as error:
-        raise check.fail("$.priority", str(error)) from None
-    executor = check.string(document, "executor", "$", optional=True) or DEFAULT_EXECUTOR
-    claim = check.obj(document, "claim", "$", optional=True)
-    _refuse_unknown(check, claim, "$.claim", {"pool", "capabilities"})
-    pool = check.string(claim, "pool", "$.claim", optional=True) or DEFAULT_POOL
-    capabilities = check.strings(claim, "capabilities", "$.claim")
-    workdir = check.obj(document, "workdir", "$", optional=True)
-    _refuse_unknown(check, workdir, "$.workdir", {"mode"})
-    workdir_mode = check.string(workdir, "mode", "$.workdir", optional=True) or "persistent"
-    if workdir_mode not in WORKDIR_MODES:
-        raise check.fail("$.workdir.mode", f"expected one of {', '.join(WORKDIR_MODES)}")
-    data = check.obj(document, "data", "$", optional=True)
-    _refuse_unknown(check, data, "$.data", {"mode"})
-    data_mode = check.string(data, "mode", "$.data", optional=True) or "none"
-    if data_mode not in DATA_MODES:
-        raise check.fail("$.data.mode", f"expected one of {', '.join(DATA_MODES)}")
-    policy = check.obj(document, "retry_policy", "$", optional=True)
-    limits: dict[str, int | None] = {}
-    for key in ("maximum_attempts_per_activation", "maximum_total_attempts", "maximum_activations"):
-        if key in policy and policy[key] is None:
-            limits[key] = None
-            continue
-        if key not in policy:
-            limits[key] = 3 if key == "maximum_attempts_per_activation" else None
-            continue
-        value = check.integer(policy, key, "$.retry_policy")
-        if value is not None and value < 1:
-            raise check.fail(f"$.retry_policy.{key}", "expected an int >= 1 or null")
-        limits[key] = value
-    retry_on = check.strings(policy, "retry_on", "$.retry_policy")
-    extra = set(policy) - {*limits, "retry_on"}
-    if extra:
-        raise check.fail(f"$.retry_policy.{sorted(extra)[0]}", "unknown member")
-    resources = check.obj(document, "resources", "$", optional=True)
-    declarations = check.obj(document, "declarations", "$", optional=True)
-    tag = check.string(document, "tag", "$", optional=True)
-    if tag is not None:
-        try:
-            check_tag(tag)
-        except ValidationError as error:
-            raise check.fail("$.tag", str(error)) from None
-    return JobSpec(
-        name=job_name or "",
-        workflow=workflow or "",
-        runner_path=runner_path,
-        runner_source=source,
-        runner_sha256=sha,
-        initial_step=step or "",
-        inputs=inputs,
-        priority=priority,
-        pool=pool,
-        capabilities=tuple(capabilities),
-        executor=executor,
-        workdir_mode=workdir_mode,
-        data_mode=data_mode,
-        maximum_attempts_per_activation=limits["maximum_attempts_per_activation"],
-        maximum_total_attempts=limits["maximum_total_attempts"],
-        maximum_activations=limits["maximum_activations"],
-        retry_on=tuple(retry_on),
-        resources=resources,
-        declarations=declarations,
-        tag=tag,
-    )
-
-
-def parse_job_bytes(data: bytes, name: str = "job.json") -> JobSpec:
+def parse_job_bytes(data: bytes, name: str = JOB_FILE) -> JobSpec:
     return validate_job_document(codec.decode(data, name), name)
-
-
-def _refuse_unknown(check: codec.Checked, value: dict[str, Any], member: str, known: set[str]) -> None:
-    """Refuse the first (sorted) member of the object at ``member`` that is not in ``known``."""
-    extra = sorted(set(value) - known)
-    if extra:
-        raise check.fail(f"{member}.{extra[0]}", f"unknown member; known: {', '.join(sorted(known))}")
-
-
-def _check_relative(check: codec.Checked, path: str, member: str) -> None:
-    if not path or path.startswith("/") or any(part == ".." for part in path.split("/")):
-        raise check.fail(member, "expected a relative path without '..'")
 
 
 def prepare_job_payload(
@@ -281,7 +313,59 @@ def prepare_job_payload(
     return target
 
 
+def prepare_job_payloads(
+    items: Iterable[tuple[str | os.PathLike[str], JobSpec]], *, durable: bool = True
+) -> list[Path]:
+    """:func:`prepare_job_payload` of many ``(directory, spec)`` pairs with grouped syncs; the directories, in order.
+
+    Every pair is checked before anything is written: a directory whose job.json (or an
+    earlier pair's) differs refuses the batch with ``FileExistsError``. Durable: each new
+    job.json is written beside its name, all are synced together, then renamed into
+    place, and each directory (and each new directory's parent) is synced once.
+    """
+    from .adapters.fs_posix import PosixFilesystem
+
+    targets: list[Path] = []
+    pending: dict[str, bytes] = {}
+    for directory, spec in items:
+        target = Path(directory).absolute()
+        targets.append(target)
+        data, job_file = spec.to_bytes(), os.fspath(target / JOB_FILE)
+        old = pending.get(job_file)
+        if old is None and os.path.lexists(job_file):
+            old = Path(job_file).read_bytes()
+            if old == data:
+                continue
+        if old is not None and old != data:
+            raise FileExistsError(f"{job_file}: a different job.json already exists; job.json is immutable")
+        pending[job_file] = data
+    fs = PosixFilesystem()
+    directories = sorted({os.path.dirname(job_file) for job_file in pending})
+    new_parents = set()
+    for directory in directories:
+        if not os.path.isdir(directory):
+            current = directory
+            while not os.path.isdir(current):
+                new_parents.add(os.path.dirname(current))
+                current = os.path.dirname(current)
+            fs.makedirs(directory)
+    if not durable:
+        for job_file, data in pending.items():
+            fs.write_new(job_file, data, durable=False)
+        return targets
+    temps = {job_file: f"{os.path.dirname(job_file)}/.{JOB_FILE}.prepare" for job_file in pending}
+    for job_file, data in pending.items():
+        fs.write_atomic(temps[job_file], data, durable=False)
+    fs.sync_trees(list(temps.values()))
+    for job_file, temp in temps.items():
+        fs.rename(temp, job_file, durable=False)
+    fs.fsync_dirs(sorted(new_parents.union(directories)))
+    return targets
+
+
 def file_digest(path: str | os.PathLike[str]) -> str:
+    import hashlib  # here: OpenSSL's import is a few ms every runner start would pay for nothing
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -315,6 +399,8 @@ def tree_digest(path: str | os.PathLike[str]) -> str:
                 executable = "x" if os.lstat(full).st_mode & 0o111 else "-"
                 lines.append(f"F {rel} {executable} {file_digest(full)}\n")
     lines.sort(key=lambda line: line[2:].split(" ", 1)[0])
+    import hashlib
+
     return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
 
 
@@ -330,6 +416,8 @@ class RunLog:
 
     FORMAT = "httk-workflow-runlog-event"
     KINDS = ("note", "headline", "files")
+    #: The label of ``httk_workflow_runlog_note MESSAGE``, the one-argument form.
+    DEFAULT_LABEL = "note"
 
     def __init__(
         self,

@@ -15,7 +15,6 @@ runner while it waits). Spec: 001 "What an attempt reads", "Spawning children",
 from __future__ import annotations
 
 import os
-import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
@@ -26,15 +25,16 @@ import attrs
 from . import codec
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.process_groups import group_alive, signal_group
-from .domain.model import Failure, ValidationError, check_step
+from .attempt_records import ContextChild, ContextDocument
+from .domain.model import Failure, check_step
 from .ports import unreadable
+from .protocol import keyword_synonyms
 
 if TYPE_CHECKING:
     import subprocess
 
     from .ports import Filesystem
 
-CONTEXT_FORMAT = "httk-workflow-attempt-context"
 PRIVATE_DIR = ".httk-job"
 STATE_FILE = "state.json"
 _SHA256_HEX = frozenset("0123456789abcdef")
@@ -74,25 +74,16 @@ class ChildResult:
         return self.kind == "succeeded"
 
     @classmethod
-    def from_json(cls, value: Any, path: str = "$.children[]", document: str = "context.json") -> ChildResult:
-        """Parse one ``context.json`` children entry; errors name the member."""
-        check = codec.Checked(document)
-        if not isinstance(value, dict):
-            raise check.fail(path, "expected an object")
-        failure_doc = value.get("failure")
-        try:
-            failure = None if failure_doc is None else Failure.from_json(failure_doc)
-        except ValidationError as error:
-            raise check.fail(f"{path}.failure", str(error)) from None
+    def from_record(cls, record: ContextChild) -> ChildResult:
         return cls(
-            label=check.string(value, "label", path) or "",
-            job_id=check.string(value, "job_id", path) or "",
-            job_key=check.string(value, "job_key", path) or "",
-            kind=check.string(value, "kind", path) or "",
-            failure=failure,
-            payload=Path(check.string(value, "payload", path) or ""),
-            workdir=_path_or_none(check.string(value, "workdir", path, optional=True)),
-            data=_path_or_none(check.string(value, "data", path, optional=True)),
+            label=record.label,
+            job_id=record.job_id,
+            job_key=record.job_key,
+            kind=record.kind,
+            failure=record.failure,
+            payload=Path(record.payload),
+            workdir=_path_or_none(record.workdir),
+            data=_path_or_none(record.data),
         )
 
 
@@ -186,61 +177,34 @@ class AttemptContext:
 
     @classmethod
     def from_json(cls, document: Any, name: str = "context.json") -> AttemptContext:
-        """Validate a parsed ``context.json``; a malformed member raises ``DocumentError`` naming it."""
-        check = codec.Checked(name)
-        if not isinstance(document, dict):
-            raise check.fail("$", "expected an object")
-        if document.get("format") != CONTEXT_FORMAT:
-            raise check.fail("$.format", f"expected {CONTEXT_FORMAT!r}")
-        if document.get("format_version") != 1:
-            raise check.fail("$.format_version", "expected 1")
-        durable = document.get("durable", True)
-        if not isinstance(durable, bool):
-            raise check.fail("$.durable", f"expected boolean, got {codec.type_name(durable)}")
-        step = check.string(document, "step", "$") or ""
-        try:
-            check_step(step)
-        except ValidationError as error:
-            raise check.fail("$.step", str(error)) from None
-        raw_children = document.get("children") or []
-        if not isinstance(raw_children, list):
-            raise check.fail("$.children", f"expected array, got {codec.type_name(raw_children)}")
-        children = tuple(
-            ChildResult.from_json(item, f"$.children[{index}]", name) for index, item in enumerate(raw_children)
-        )
-
-        def text(key: str) -> str | None:
-            return check.string(document, key, "$", optional=True)
-
-        def number(key: str) -> int | None:
-            return check.integer(document, key, "$", optional=True)
-
+        """Structure a parsed ``context.json``; a malformed member raises ``DocumentError`` naming it."""
+        record = codec.structure(document, ContextDocument, name)
         return cls(
-            job_id=check.string(document, "job_id", "$") or "",
-            attempt_id=check.string(document, "attempt_id", "$") or "",
-            step=step,
-            durable=durable,
-            workspace=_path_or_none(text("workspace")),
-            workspace_id=text("workspace_id"),
-            job_key=text("job_key"),
-            placement=text("placement"),
-            activation_id=text("activation_id"),
-            activation_ordinal=number("activation_ordinal"),
-            attempt_ordinal=number("attempt_ordinal"),
-            total_attempts=number("total_attempts"),
-            payload=_path_or_none(text("payload")),
-            workdir=_path_or_none(text("workdir")),
-            data=_path_or_none(text("data")),
-            control=_path_or_none(text("control")),
-            workdir_mode=text("workdir_mode"),
-            data_mode=text("data_mode"),
-            manager_id=text("manager_id"),
-            host=text("host"),
-            created_at=document.get("created_at"),
-            runner=check.obj(document, "runner", "$", optional=True),
-            settings=check.obj(document, "settings", "$", optional=True),
-            restart=check.obj(document, "restart", "$", optional=True),
-            children=children,
+            job_id=record.job_id,
+            attempt_id=record.attempt_id,
+            step=record.step,
+            durable=record.durable,
+            workspace=_path_or_none(record.workspace),
+            workspace_id=record.workspace_id,
+            job_key=record.job_key,
+            placement=record.placement,
+            activation_id=record.activation_id,
+            activation_ordinal=record.activation_ordinal,
+            attempt_ordinal=record.attempt_ordinal,
+            total_attempts=record.total_attempts,
+            payload=_path_or_none(record.payload),
+            workdir=_path_or_none(record.workdir),
+            data=_path_or_none(record.data),
+            control=_path_or_none(record.control),
+            workdir_mode=record.workdir_mode,
+            data_mode=record.data_mode,
+            manager_id=record.manager_id,
+            host=record.host,
+            created_at=record.created_at,
+            runner=record.runner or {},
+            settings=record.settings or {},
+            restart=record.restart or {},
+            children=tuple(ChildResult.from_record(child) for child in record.children or ()),
             document=document,
         )
 
@@ -305,9 +269,12 @@ class RunnerRef:
         return self.source == "inherit"
 
 
+@keyword_synonyms(parameters="inputs")
 @attrs.frozen
 class ChildSpec:
     """A synthesized child job: its first step and inputs; everything unset follows the spawning job.
+
+    ``parameters=`` is also accepted for ``inputs=`` (the httk-workflow 2.1 spelling).
 
     Retry budgets left ``None`` take the job-definition defaults, not the parent's.
     """
@@ -499,6 +466,8 @@ def _terminate_group(
     monotonic: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> None:
+    import signal
+
     pgid = process.pid
     signal_group(pgid, signal.SIGTERM)
     deadline = monotonic() + grace
@@ -534,6 +503,7 @@ def run_command(
     signal sent to the runner's own group.
     """
     # Imported here: most steps never run a command, and a runner's start-up should stay cheap.
+    import signal
     import subprocess
 
     args = _check_argv(argv)

@@ -25,6 +25,7 @@ from typing import Any, overload
 from . import codec
 from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
+from .attempt_records import OutcomeDocument
 from .domain.model import (
     Failure,
     JobKey,
@@ -36,7 +37,6 @@ from .domain.model import (
     check_tag,
 )
 from .outcome import (
-    OUTCOME_FORMAT,
     OutcomeDraft,
     WorkdirBatch,
     apply_sealed_batch,
@@ -105,7 +105,7 @@ class Attempt:
         self._new_id = new_id if new_id is not None else new_uuid
         self._environ = environ if environ is not None else os.environ
         self._fs = fs if fs is not None else PosixFilesystem()
-        self._job = parse_job_bytes((payload / JOB_FILE).read_bytes(), os.fspath(payload / JOB_FILE))
+        self._job: JobSpec | None = None  # read on first use: most Bash bridge calls never need it
         self._state = JobState(payload, durable=context.durable, fs=self._fs)
         self._log = RunLog(
             workdir / ".httk-runner" / "runlog.jsonl",
@@ -181,21 +181,29 @@ class Attempt:
 
     @property
     def job(self) -> JobSpec:
+        """The job definition, ``job.json`` read and checked on first use (it is immutable)."""
+        if self._job is None:
+            path = self._payload / JOB_FILE
+            self._job = parse_job_bytes(path.read_bytes(), os.fspath(path))
         return self._job
 
     @property
     def inputs(self) -> dict[str, Any]:
         """The job's ``inputs`` object (read-only by convention; job.json is immutable)."""
-        return self._job.inputs
+        return self.job.inputs
 
     def input(self, name: str, default: Any = _MISSING) -> Any:
         """One input; without ``default`` a missing one raises ``KeyError`` naming the inputs present."""
-        if name in self._job.inputs:
-            return self._job.inputs[name]
+        if name in self.job.inputs:
+            return self.job.inputs[name]
         if default is _MISSING:
-            known = ", ".join(sorted(self._job.inputs)) or "(none)"
+            known = ", ".join(sorted(self.job.inputs)) or "(none)"
             raise KeyError(f"job input {name!r} is not set; inputs: {known}")
         return default
+
+    #: Also accepted: the httk-workflow 2.1 spellings, the same members (docs/sdks/sdk_parity.md).
+    parameters = inputs
+    parameter = input
 
     def setting(self, name: str, default: Any = None) -> Any:
         """inputs[name], else ``HTTK_<NAME>``, else the workspace settings snapshot, else ``default``.
@@ -205,8 +213,8 @@ class Attempt:
         workspace setting, the typed workspace value is returned instead, so a
         string setting ``"007"`` does not come back as the number 7.
         """
-        if name in self._job.inputs:
-            return self._job.inputs[name]
+        if name in self.job.inputs:
+            return self.job.inputs[name]
         settings = self._context.settings
         raw = self._environ.get(setting_env_name(name))
         if raw is not None:
@@ -248,7 +256,7 @@ class Attempt:
         try:
             return codec.decode(path.read_bytes(), os.fspath(path))
         except FileNotFoundError:
-            return self._job.declarations.get(name)
+            return self.job.declarations.get(name)
 
     # ------------------------------------------------------------------ doing
 
@@ -274,7 +282,7 @@ class Attempt:
     # ------------------------------------------------------------------ staging
 
     def _data_mode(self) -> str:
-        return self._context.data_mode or self._job.data_mode
+        return self._context.data_mode or self.job.data_mode
 
     def _check_transactional(self, call: str) -> None:
         self._draft.check_open()
@@ -331,7 +339,7 @@ class Attempt:
                 raise ValueError("spawn(): context.json names no placement; pass placement= explicitly")
         placement = check_placement(placement)
         if isinstance(child, ChildSpec):
-            data = child_job_spec(self._job, child, label).to_bytes()
+            data = child_job_spec(self.job, child, label).to_bytes()
             if child.runner.inherits:
                 self._check_published_step(child.step, "ChildSpec.step")
 
@@ -375,8 +383,8 @@ class Attempt:
 
     def _publish(self, action: str, members: dict[str, Any]) -> Path:
         outcome = {
-            "format": OUTCOME_FORMAT,
-            "format_version": 1,
+            "format": OutcomeDocument.FORMAT.name,
+            "format_version": OutcomeDocument.FORMAT.version,
             "action": action,
             "attempt_id": self._context.attempt_id,
             "step": self._context.step,
@@ -435,15 +443,14 @@ class Attempt:
         """Publish the canonical failure ``{code, message, details, retryable}``."""
         self._draft.check_open()
         try:
-            failure = Failure.from_json(
-                {"code": code, "message": message, "details": dict(details or {}), "retryable": retryable}
-            )
+            failure = Failure(code, message, dict(details or {}), retryable)
+        except (ValidationError, TypeError) as error:  # attrs' type validators raise TypeError
+            raise ValueError(f"invalid failure: {error}") from None
+        try:
             codec.dumps(failure.details)
-        except ValidationError as error:
-            raise ValueError(str(error)) from None
         except (TypeError, ValueError) as error:
             raise TypeError(f"failure details are not JSON-serialisable: {error}") from None
-        self._publish("fail", {"failure": failure.to_json()})
+        self._publish("fail", {"failure": codec.unstructure(failure)})
 
     def retry(self, reason: str = "") -> None:
         """Repeat this activation within the job's attempt budget."""

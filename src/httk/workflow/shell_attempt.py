@@ -124,14 +124,39 @@ def seconds_arg(text: str | None, what: str) -> float | None:
         raise Refused(f"{what} must be a number of seconds, got {text!r}") from None
 
 
+def json_or_text(text: str) -> Any:
+    """The value of ``NAME=VALUE``: VALUE as JSON when it parses as JSON, otherwise VALUE as a string.
+
+    So ``size=2`` is the number 2, ``ok=true`` a boolean, ``tags=["a"]`` an array, ``name="alpha"``
+    and ``name=alpha`` both the string alpha, and ``code=007`` the string 007 (not JSON).
+    """
+    from . import codec
+
+    try:
+        return codec.decode(text.encode("utf-8"), "value")
+    except codec.DocumentError:
+        return text
+
+
 def assignments(items: Sequence[str], what: str) -> dict[str, Any]:
-    """``NAME=JSON`` pairs into a mapping (the value is JSON: quote strings)."""
+    """``NAME=VALUE`` pairs into a mapping, each value by :func:`json_or_text`; a later NAME wins."""
     result: dict[str, Any] = {}
     for item in items:
         name, equals, text = item.partition("=")
         if not equals or not name:
-            raise Refused(f"{what} must be NAME=JSON, got {item!r}")
-        result[name] = json_arg(text, f"{what} {name}")
+            raise Refused(f"{what} must be NAME=VALUE, got {item!r}")
+        result[name] = json_or_text(text)
+    return result
+
+
+def object_or_assignments(items: Sequence[str], what: str) -> dict[str, Any]:
+    """Repeated ``what`` values, each one JSON object or one ``NAME=VALUE`` pair, merged in order."""
+    result: dict[str, Any] = {}
+    for item in items:
+        if item.lstrip().startswith("{"):
+            result.update(json_object_arg(item, what))
+        else:
+            result.update(assignments([item], what))
     return result
 
 
@@ -273,12 +298,14 @@ def cmd_declaration(session: Session, args: list[str]) -> int:
 
 
 def _child_document(child: Any) -> dict[str, Any]:
+    from . import codec
+
     return {
         "label": child.label,
         "job_id": child.job_id,
         "job_key": child.job_key,
         "kind": child.kind,
-        "failure": None if child.failure is None else child.failure.to_json(),
+        "failure": codec.unstructure(child.failure),
         "payload": os.fspath(child.payload),
         "workdir": None if child.workdir is None else os.fspath(child.workdir),
         "data": None if child.data is None else os.fspath(child.data),
@@ -343,6 +370,10 @@ def cmd_state_merge(session: Session, args: list[str]) -> int:
 def _runlog(kind: str, least: int, usage: str) -> Callable[[Session, list[str]], int]:
     def command(session: Session, args: list[str]) -> int:
         count_args(args, least, None if kind == "files" else 2, usage)
+        if len(args) == 1:  # MESSAGE alone (also accepted, the 2.1 form): the default label
+            from .protocol import RunLog
+
+            args = [RunLog.DEFAULT_LABEL, *args]
         files = [absolute(path) for path in args[2:]]
         session.attempt().log.append(args[0], args[1], kind=kind, files=files)
         return EXIT_OK
@@ -430,7 +461,7 @@ def cmd_spawn(session: Session, args: list[str]) -> int:
     options, positional = parse_options(
         args, values=("label", "placement", "payload", *_CHILD_VALUES), multi=("input", "retry-on")
     )
-    count_args(positional, 0, 0, "httk_workflow_spawn --label L (--step S [--input NAME=JSON]... | --payload DIR)")
+    count_args(positional, 0, 0, "httk_workflow_spawn --label L (--step S [--input NAME=VALUE]... | --payload DIR)")
     if "label" not in options:
         raise Refused("httk_workflow_spawn needs --label")
     child: Any
@@ -461,9 +492,10 @@ def cmd_spawn(session: Session, args: list[str]) -> int:
 
 
 def cmd_advance(session: Session, args: list[str]) -> int:
-    options, positional = parse_options(args, values=("state", "priority"))
-    count_args(positional, 1, 1, "httk_workflow_advance STEP [--state JSON] [--priority N]")
-    state = json_object_arg(options["state"], "--state") if "state" in options else None
+    """``Attempt.advance``; each ``--state`` is one JSON object or one ``KEY=VALUE`` pair, merged in order."""
+    options, positional = parse_options(args, values=("priority",), multi=("state",))
+    count_args(positional, 1, 1, "httk_workflow_advance STEP [--state JSON|KEY=VALUE]... [--priority N]")
+    state = object_or_assignments(options["state"], "--state") if "state" in options else None
     session.attempt().advance(positional[0], state=state, priority=integer_arg(options.get("priority"), "--priority"))
     return EXIT_OK
 
@@ -510,12 +542,13 @@ def cmd_pause(session: Session, args: list[str]) -> int:
 COMMANDS: dict[str, Callable[[Session, list[str]], int]] = {
     "context": cmd_context,
     "input": cmd_input,
+    "parameter": cmd_input,  # also accepted: httk_workflow_parameter, the 2.1 spelling
     "setting": cmd_setting,
     "state_get": cmd_state_get,
     "state_set": cmd_state_set,
     "state_delete": cmd_state_delete,
     "state_merge": cmd_state_merge,
-    "runlog_note": _runlog("note", 2, "httk_workflow_runlog_note LABEL MESSAGE"),
+    "runlog_note": _runlog("note", 1, "httk_workflow_runlog_note [LABEL] MESSAGE"),
     "runlog_headline": _runlog("headline", 2, "httk_workflow_runlog_headline LABEL MESSAGE"),
     "runlog_append": _runlog("files", 3, "httk_workflow_runlog_append LABEL MESSAGE FILE..."),
     "declare": cmd_declare,

@@ -9,8 +9,10 @@ in-memory filesystem and a fake clock). Spec: 000 "Initialize a workspace";
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .operations.bulk_submission import Progress, submit_many
 from .operations.submission import Submitted, submit
 from .store.markers import Marker
 from .store.runners import publish_runner
@@ -107,6 +109,30 @@ class Workspace:
             allow_missing_runner=allow_missing_runner,
         )
         return result.marker
+
+    def submit_many(
+        self,
+        payloads: Iterable[str | os.PathLike[str]],
+        placement: str | Sequence[str],
+        *,
+        move: bool = False,
+        tag: str | None = None,
+        allow_missing_runner: bool = False,
+        progress: Progress | None = None,
+    ) -> list[Marker]:
+        """Submit many prepared payloads, with grouped syncs; returns their markers in order.
+
+        ``placement`` is one placement for all or one per payload. The jobs are what one
+        :meth:`submit` per payload makes; a crash leaves each submitted in full or absent.
+        One payload that cannot be submitted refuses the whole batch (``SubmissionError``
+        naming it, nothing written). ``progress(phase, jobs)`` is told as jobs pass each
+        phase (``checking``, ``reserving``, ``copying``, ``publishing``).
+        """
+        results = submit_many(
+            self._handle, [_absolute(payload, self._ports) for payload in payloads], placement, move=move, tag=tag,
+            allow_missing_runner=allow_missing_runner, progress=progress,
+        )
+        return [result.marker for result in results]
 
 
 def _absolute(path: str | os.PathLike[str], ports: Ports) -> str:

@@ -19,7 +19,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from httk.workflow.ports import DOCUMENT_LIMIT, DocumentTooLarge, Entry, FileStat, NotRegularFile
@@ -180,6 +180,25 @@ class _PosixAppender:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+#: fsyncs in flight at once in a group commit: ext4 and xfs then commit many in one journal
+#: transaction (about 4x fewer milliseconds per file than one at a time on the reference machine).
+_SYNC_THREADS = 16
+
+
+def _overlapped(function: Callable[[str], None], paths: Sequence[str]) -> None:
+    """Call ``function`` on every path, up to ``_SYNC_THREADS`` at once (fsync releases the GIL)."""
+    if len(paths) < 2:
+        for path in paths:
+            function(path)
+        return
+    # Imported on use: a runner, which loads this module at start-up, never group-commits.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(_SYNC_THREADS, len(paths))) as pool:
+        for _ in pool.map(function, paths):  # re-raises the first failure
+            pass
 
 
 def _fsync_dir(path: str) -> None:
@@ -542,6 +561,14 @@ class PosixFilesystem:
     def fsync_dir(self, path: str) -> None:
         """fsync the directory ``path`` so its entries (creations, renames) are durable."""
         _fsync_dir(path)
+
+    def sync_trees(self, paths: Sequence[str]) -> None:
+        """``sync_tree`` of every path, a few at a time: concurrent fsyncs share the filesystem's journal commits."""
+        _overlapped(self.sync_tree, paths)
+
+    def fsync_dirs(self, paths: Sequence[str]) -> None:
+        """``fsync_dir`` of every directory, overlapped like :meth:`sync_trees`."""
+        _overlapped(_fsync_dir, paths)
 
     def sleep(self, seconds: float) -> None:
         """Block for ``seconds``."""

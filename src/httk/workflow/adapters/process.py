@@ -12,19 +12,36 @@ if the manager dies first, the kernel closes the write end, the child reads
 end-of-file and exits with status 125 without executing the runner. Identity is
 (host, pid, ``/proc`` start ticks, pgid) so pid reuse is never mistaken for the
 runner ("Cancelling a running job" verifies exits through it).
+
+Two ways to start the gated child, with the same gate, group, signals and identity:
+a spawn (``posix_spawn``, which the C library does with ``vfork``) of ``/bin/sh``
+running :data:`GATE_SCRIPT`, which waits on the gate and then executes the runner,
+and the fallback, a ``fork`` whose child waits on the gate itself. A fork copies
+the manager's page tables and makes every page it writes afterwards fault once
+(milliseconds per launch, growing with the manager's memory); a spawn costs the
+same at any size. The spawn is taken only when the parent has checked every way
+the runner could fail to start (``_spawnable``: an executable regular file with a
+``#!`` line naming an executable ELF interpreter, or an ELF file; the workdir a
+directory; the logs openable), because a shell would run a file without ``#!`` as
+a script where ``execve`` refuses it; everything else takes the fork, whose child
+reports the exact failure with status 125.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
+import re
 import select
 import signal
 import socket
+import stat
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from httk.workflow.adapters import process_groups
 from httk.workflow.adapters.process_groups import read_stat
@@ -35,6 +52,26 @@ GATE_CLOSED_STATUS = 125
 
 LOST_STATUS = 255
 """Reported when our child was reaped elsewhere and its real status is unknown."""
+
+GATE_FD = 3
+"""The gate's read end in a spawned gate shell."""
+
+#: What a spawned ``/bin/sh`` runs: wait for the gate byte on fd 3 (end-of-file: exit 125, never
+#: run), close it, enter the workdir ($1), give ``PWD`` and ``OLDPWD`` back the values of the
+#: environment the runner was given ($2-$5: set?, value; the shell exports its own), then execute
+#: the runner ($6 ...). The parent has checked the workdir and the runner; a failure here is a
+#: race (status 125 for the workdir, the shell's 126 or 127 for the exec).
+GATE_SCRIPT = (
+    'IFS= read -r g <&3; exec 3<&-; [ "$g" = x ] || exit 125; cd -- "$1" || exit 125; '
+    'if [ "$2" = 1 ]; then PWD=$3; export PWD; else unset PWD; fi; '
+    'if [ "$4" = 1 ]; then OLDPWD=$5; export OLDPWD; else unset OLDPWD; fi; shift 5; exec "$@"'
+)
+#: Environment names a POSIX shell passes on; it silently drops others (``BASH_FUNC_module%%``,
+#: which module systems export), so an environment with one takes the fork.
+_SHELL_NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+_SHELL = "/bin/sh"
+_ELF = b"\x7fELF"
 
 # Python ignores some of these at start-up and a manager may handle or ignore others; the
 # runner must start with the defaults (as subprocess does), and a gated child must die of SIGTERM.
@@ -91,6 +128,54 @@ def _child(gate_r: int, max_fd: int, argv: list[bytes], env: dict[bytes, bytes],
     if failure is not None:
         reason = b"%s (%s)" % (os.fsencode(failure.strerror or ""), os.fsencode(failure.filename or ""))
     os.write(2, b"httk-workflow: cannot execute '%s': %s\n" % (argv[0], reason))
+
+
+def _is_elf_executable(path: bytes) -> bool:
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or not os.access(path, os.X_OK):
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(4) == _ELF
+    except OSError:
+        return False
+
+
+def _spawnable(path: bytes) -> bool:
+    """Whether ``execve(path)`` will start a program: an ELF file, or a ``#!`` script of an ELF interpreter."""
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or not os.access(path, os.X_OK):
+            return False
+        with open(path, "rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return False
+    if head.startswith(_ELF):
+        return True
+    if not head.startswith(b"#!"):
+        return False  # execve says ENOEXEC; a shell would run it as a script
+    words = head[2:].split(b"\n", 1)[0].split()
+    return bool(words) and words[0].startswith(b"/") and _is_elf_executable(words[0])
+
+
+def _inherited_fds() -> list[int]:
+    """Descriptors above 2 this process would pass on through ``exec`` (not close-on-exec)."""
+    found = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            if not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC:
+                found.append(fd)
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+    return found
 
 
 class GatedProcess:
@@ -192,8 +277,9 @@ class GatedProcess:
 class LocalProcessControl:
     """:class:`~httk.workflow.ports.ProcessControl` for this Linux host (fork, pidfd, /proc)."""
 
-    def __init__(self, *, use_pidfd: bool = True) -> None:
+    def __init__(self, *, use_pidfd: bool = True, use_spawn: bool = True) -> None:
         self._use_pidfd = use_pidfd and hasattr(os, "pidfd_open")
+        self._use_spawn = use_spawn and hasattr(os, "posix_spawn") and os.path.exists(_SHELL)
         self._children: weakref.WeakValueDictionary[int, GatedProcess] = weakref.WeakValueDictionary()
 
     def hostname(self) -> str:
@@ -207,7 +293,7 @@ class LocalProcessControl:
 
     def launch(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
                stdout_path: str, stderr_path: str) -> GatedProcess:
-        """Fork ``argv`` into a new process group, blocked on a closed launch gate."""
+        """Start ``argv`` in a new process group, blocked on a closed launch gate (spawned, else forked)."""
         if not argv:
             raise ValueError("argv must not be empty")
         if any("=" in key or not key for key in env):
@@ -222,20 +308,15 @@ class LocalProcessControl:
         else:
             candidates = [os.path.join(os.fsencode(d), argv_b[0]) for d in os.get_exec_path(dict(env))]
         cwd_b, out_b, err_b = os.fsencode(cwd), os.fsencode(stdout_path), os.fsencode(stderr_path)
-        max_fd = os.sysconf("SC_OPEN_MAX")
-        max_fd = max_fd if max_fd > 0 else 65536
         gate_r, gate_w = os.pipe()  # both close-on-exec
         try:
-            pid = os.fork()
+            pid = self._spawn(gate_r, argv_b, env_b, candidates, cwd_b, out_b, err_b)
+            if pid is None:
+                pid = self._fork(gate_r, argv_b, env_b, candidates, cwd_b, out_b, err_b)
         except BaseException:
             os.close(gate_r)
             os.close(gate_w)
             raise
-        if pid == 0:
-            try:
-                _child(gate_r, max_fd, argv_b, env_b, candidates, cwd_b, out_b, err_b)
-            finally:
-                os._exit(GATE_CLOSED_STATUS)
         os.close(gate_r)
         try:
             try:
@@ -247,11 +328,54 @@ class LocalProcessControl:
         except BaseException:
             os.close(gate_w)
             raise
-        stat = read_stat(pid)
-        identity = ProcessIdentity(self.hostname(), pid, stat[3] if stat else None, pid)
+        proc_stat = read_stat(pid)
+        identity = ProcessIdentity(self.hostname(), pid, proc_stat[3] if proc_stat else None, pid)
         process = GatedProcess(identity, gate_w, pidfd)
         self._children[pid] = process
         return process
+
+    def _spawn(self, gate_r: int, argv: list[bytes], env: dict[bytes, bytes], candidates: list[bytes],
+               cwd: bytes, stdout: bytes, stderr: bytes) -> int | None:
+        """``posix_spawn`` the gate shell; ``None`` when the runner might not start (the fork reports why)."""
+        if not self._use_spawn or not os.path.isdir(cwd) or not all(_SHELL_NAME.match(name) for name in env):
+            return None
+        program = next((candidate for candidate in candidates if os.path.exists(candidate)), None)
+        if program is None or not _spawnable(program):
+            return None
+        write = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds() if fd != gate_r]
+        actions += [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.fsdecode(stdout), write, 0o644),
+            (os.POSIX_SPAWN_OPEN, 2, os.fsdecode(stderr), write, 0o644),
+        ]
+        gate = gate_r if gate_r != GATE_FD else os.dup(gate_r)  # dup2 onto itself would keep close-on-exec
+        try:
+            actions.append((os.POSIX_SPAWN_DUP2, gate, GATE_FD))
+            kept = [item for name in (b"PWD", b"OLDPWD")
+                    for item in ((b"1", env[name]) if name in env else (b"0", b""))]
+            shell_argv = [_SHELL.encode(), b"-c", GATE_SCRIPT.encode(), b"httk-gate", cwd, *kept, program, *argv[1:]]
+            try:
+                return os.posix_spawn(_SHELL, shell_argv, env, file_actions=actions, setpgroup=0,
+                                      setsigmask=(), setsigdef=_RESET_SIGNALS)
+            except OSError:
+                return None  # a log that cannot be opened, say: the fork's child reports it
+        finally:
+            if gate != gate_r:
+                os.close(gate)
+
+    def _fork(self, gate_r: int, argv: list[bytes], env: dict[bytes, bytes], candidates: list[bytes],
+              cwd: bytes, stdout: bytes, stderr: bytes) -> int:
+        """``fork`` a child that waits on the gate itself and reports any failure to start (status 125)."""
+        max_fd = os.sysconf("SC_OPEN_MAX")
+        max_fd = max_fd if max_fd > 0 else 65536
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _child(gate_r, max_fd, argv, env, candidates, cwd, stdout, stderr)
+            finally:
+                os._exit(GATE_CLOSED_STATUS)
+        return pid
 
     def _pidfd_open(self, pid: int) -> int | None:
         if not self._use_pidfd:

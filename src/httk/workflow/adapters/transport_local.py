@@ -15,13 +15,26 @@ import selectors
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from ..ports import CommandResult, TransportError
 
 
 class LocalTransport:
     """Commands and files on this machine."""
+
+    #: The transport's name: its entry point's name and the first half of a template name.
+    name: ClassVar[str] = "local"
+    #: The target, opening a template's description ("This machine; a manager runs as ...").
+    description: ClassVar[str] = "This machine"
+    #: The remote settings this transport adds to a template (the SettingSpec schema of operations/remotes); none here.
+    settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> LocalTransport:
+        """The transport of a remote with these settings (the template's defaults overlaid with its own)."""
+        return cls()
 
     def __init__(self, *, cwd: str | None = None) -> None:
         self.cwd = cwd

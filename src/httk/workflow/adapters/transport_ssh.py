@@ -28,8 +28,8 @@ import select
 import shlex
 import socket
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import paramiko
 from fabric import Connection
@@ -51,6 +51,41 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 class SshTransport:
     """Commands and files on one SSH host, over one reused connection."""
+
+    #: The transport's name: its entry point's name and the first half of a template name.
+    name: ClassVar[str] = "ssh"
+    #: The target, opening a template's description ("A machine reached over SSH; a manager runs as ...").
+    description: ClassVar[str] = "A machine reached over SSH"
+    #: The remote settings this transport adds to a template (the SettingSpec schema of operations/remotes).
+    settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "host": {"type": "string", "required": True,
+                 "description": "The SSH host name or address (an alias of ~/.ssh/config works)."},
+        # No default: unset means the host's Port in ~/.ssh/config, else 22.
+        "port": {"type": "integer", "minimum": 1, "maximum": 65535,
+                 "description": "The SSH port (unset: the host's Port in ~/.ssh/config, else 22)."},
+        "username": {"type": "string",
+                     "description": "The login name on the host (default: ~/.ssh/config, else the local user name)."},
+        "key_filename": {"type": "string", "description": (
+            "A private key file; when set, only this key (and the host's IdentityFile in ~/.ssh/config) is "
+            "offered (no agent, no default keys).")},
+        "known_hosts": {"type": "string", "description": (
+            "A known_hosts file checked strictly (default: the host's UserKnownHostsFile in ~/.ssh/config, "
+            "else ~/.ssh/known_hosts, also strictly).")},
+        "connect_timeout": {"type": "number", "default": 10, "minimum": 1,
+                            "description": "Seconds to wait for the SSH connection."},
+    }
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> SshTransport:
+        """The transport of a remote with these settings (the template's defaults overlaid with its own)."""
+        return cls(
+            settings["host"],
+            port=settings.get("port"),
+            user=settings.get("username"),
+            key_filename=settings.get("key_filename"),
+            known_hosts=settings.get("known_hosts"),
+            connect_timeout=float(settings.get("connect_timeout", 10)),
+        )
 
     def __init__(
         self,

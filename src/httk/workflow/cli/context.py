@@ -3,22 +3,31 @@
 The root group puts one :class:`AppContext` in ``ctx.obj`` unless a test already
 supplied one (``CliRunner().invoke(httk, args, obj=AppContext(container))``); a
 bare container there would break ``make_pass_decorator``, and ``ensure_object``
-would silently replace a test's container. ARCHITECTURE.md rule 4.
+would silently replace a test's container. Either way it then points the
+container's configuration at this invocation's homes (:meth:`AppContext.configure`).
+Commands take their services from the container through this context (the
+workspace service, both registries, a remote's session), never by building
+them. ARCHITECTURE.md rule 4.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 import click
 
-from ..bootstrap import Container, default_container
-from ..operations.registry import Registry
+from ..bootstrap import Container, default_container, remote_adapters
 from ..operations.remotes import split_reference
 from ..store.workspaces import WorkspaceError, WorkspaceHandle, WorkspaceService
-from .defaults import default_workspace_path, registry_path
+from .defaults import default_workspace_path, registry_path, remotes_dir
+
+if TYPE_CHECKING:
+    from ..operations.forwarding import RemoteSession
+    from ..operations.registry import Registry
+    from ..operations.remotes import RemoteRegistry
 
 
 def _environ() -> Mapping[str, str]:
@@ -33,6 +42,14 @@ class AppContext:
     container: Container = attrs.field(factory=default_container)
     environ: Mapping[str, str] = attrs.field(factory=_environ)
 
+    def configure(self) -> None:
+        """Set the container's registry paths from this invocation's environment (read once per command)."""
+        self.container.config.from_dict({
+            "registry_path": registry_path(self.environ),
+            "remotes_dir": remotes_dir(self.environ),
+            "default_workspace": self.default_workspace(),
+        })
+
     @property
     def workspaces(self) -> WorkspaceService:
         return self.container.workspaces()
@@ -46,7 +63,21 @@ class AppContext:
 
     @property
     def registry(self) -> Registry:
-        return Registry(self.container.fs(), registry_path(self.environ), self.default_workspace())
+        """This machine's workspace names."""
+        return self.container.registry()
+
+    @property
+    def remotes(self) -> RemoteRegistry:
+        """The configured remotes."""
+        return self.container.remote_registry()
+
+    def open_session(self, name: str) -> RemoteSession:
+        """The configured remote ``name`` with its adapters (connected on first use)."""
+        from ..operations.forwarding import RemoteSession  # only remote commands open a session
+
+        remote = self.remotes.get(name)
+        transport, batch = remote_adapters(self.container, remote)
+        return RemoteSession(remote, transport, batch)
 
     def resolve(self, reference: str | None) -> str:
         """A workspace argument as an absolute path: a path, a registered name, or the default."""
@@ -85,4 +116,5 @@ def ensure_app(ctx: click.Context) -> AppContext:
     """Create the :class:`AppContext` in ``ctx.obj`` unless the caller supplied one."""
     if not isinstance(ctx.obj, AppContext):
         ctx.obj = AppContext()
+    ctx.obj.configure()
     return ctx.obj

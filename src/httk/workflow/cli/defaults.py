@@ -35,3 +35,11 @@ def data_home(environ: Mapping[str, str]) -> str:
 def registry_path(environ: Mapping[str, str]) -> str:
     """Where this user's workspace registry lives."""
     return posixpath.join(data_home(environ), "httk-workflow", "registry.json")
+
+
+def remotes_dir(environ: Mapping[str, str]) -> str:
+    """``$XDG_CONFIG_HOME/httk-workflow/remotes`` (``~/.config`` when unset or relative)."""
+    base = environ.get("XDG_CONFIG_HOME", "")
+    if not base or not posixpath.isabs(base):
+        base = posixpath.join(environ.get("HOME") or os.path.expanduser("~"), ".config")
+    return posixpath.join(base, "httk-workflow", "remotes")

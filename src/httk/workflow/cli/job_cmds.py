@@ -1,21 +1,25 @@
-"""``httk workflow job``: submit, list, show and log jobs.
+"""``httk workflow job``: submit, create, inspect, diagnose, control and debug jobs.
 
-``job submit [WORKSPACE] PAYLOAD`` and ``job show/log [WORKSPACE] JOB`` take one
+``job submit [WORKSPACE] PAYLOAD`` and ``job show/log/why [WORKSPACE] JOB`` take one
 or two positionals, because click cannot put an optional argument before a
 required one; one positional means the default workspace. Inspection never
-writes protocol state. Spec: 000 "Submit a job", "Inspecting jobs".
+writes protocol state; ``job request`` publishes one operator request for a
+manager to apply; ``job debug`` drives one job in the foreground through a
+private manager. Spec: 000 "Submit a job", "Inspecting jobs", "Inspect and
+control", "The foreground debug runner".
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from ..domain.lifecycle import StateKind
+from ..domain.requests import ACTIONS
 from ..operations import inspection
-from ..operations.submission import submit as submit_payload
 from .context import AppContext, pass_app
 from .remote_refs import LocalPaths, remote_aware
 from .render import (
@@ -26,6 +30,7 @@ from .render import (
     emit_pairs,
     emit_table,
     exit_codes_damage,
+    refuse,
     timestamp,
     value_text,
 )
@@ -48,8 +53,10 @@ def split_workspace(ctx: click.Context, args: Sequence[str], what: str) -> tuple
 
 
 @job.command("submit", epilog=EXIT_CODES)
-@click.argument("args", nargs=-1, metavar="[WORKSPACE] PAYLOAD")
+@click.argument("args", nargs=-1, metavar="[WORKSPACE] PAYLOAD...")
 @click.option("--placement", required=True, help="Relative path below the workspace, e.g. project-a/00/17.")
+@click.option("--from-file", type=click.Path(dir_okay=False, allow_dash=True), metavar="LIST",
+              help="Also submit the payloads LIST names, one directory per line ('-': stdin).")
 @click.option("--move", is_flag=True, help="Rename the payload into place (same filesystem) instead of copying.")
 @click.option("--tag", help="Tag for the job key (default: the tag in job.json, if any).")
 @click.option(
@@ -65,16 +72,33 @@ def submit(
     app: AppContext,
     args: tuple[str, ...],
     placement: str,
+    from_file: str | None,
     move: bool,
     tag: str | None,
     allow_missing_runner: bool,
     as_json: bool,
 ) -> None:
-    """Submit a prepared payload directory and print the new job's key.
+    """Submit prepared payload directories and print each new job's key.
 
-    Nothing is written when the submission is refused: a placement too long for the
-    filesystem, --move across filesystems, or a pinned workspace runner the store lacks.
+    With more than one payload (or --from-file) the first positional is the workspace,
+    and the batch is submitted with grouped syncs: a crash leaves each job submitted in
+    full or absent, and one bad payload refuses the whole batch. Nothing is written
+    when a submission is refused: a placement too long for the filesystem, --move
+    across filesystems, or a pinned workspace runner the store lacks.
+
+    \b
+    httk workflow job submit WS ./payload --placement project-a/00/17
+    httk workflow job submit WS ./p1 ./p2 ./p3 --placement project-a/00
+    find prepared -name job.json -printf '%h\\n' | httk workflow job submit WS --from-file - --placement project-a
     """
+    # Imported by the commands that write: list, show and log start without submission or the engine.
+    from ..operations.submission import submit as submit_payload
+    from .bulk_submit import is_bulk, submit_bulk, submitted_json
+
+    if is_bulk(args, from_file):
+        submit_bulk(app, args, from_file, placement, move=move, tag=tag, allow_missing_runner=allow_missing_runner,
+                    as_json=as_json)
+        return
     workspace, payload = split_workspace(click.get_current_context(), args, "PAYLOAD")
     handle = app.open_workspace(workspace)
     result = submit_payload(
@@ -83,20 +107,85 @@ def submit(
     if result.warning:
         click.echo(f"warning: {result.warning}", err=True)
     if as_json:
-        marker = result.marker
-        emit_json(
-            {
-                "job_key": str(marker.key),
-                "job_id": marker.job_id,
-                "kind": marker.kind.value,
-                "placement": marker.placement,
-                "priority": marker.priority,
-                "payload": result.payload,
-                "workspace": handle.root,
-            }
-        )
+        emit_json(submitted_json(result, handle.root))
         return
     click.echo(str(result.marker.key))
+
+
+@job.command("new", epilog=EXIT_CODES)
+@click.argument("workspace", required=False, metavar="[WORKSPACE]")
+@click.option("--workflow", "name", help="The workflow (see 'httk workflow workflow list').")
+@click.option(
+    "--input", "assignments", multiple=True, metavar="KEY=VALUE",
+    help="One input (repeatable). A file input stages the named file; other values are JSON, else text.",
+)
+@click.option("--language", help="A workflow language instead of --workflow: jobflow (docs/jobflow.md).")
+@click.option("--flow", "flow_reference", metavar="MODULE:FUNCTION",
+              help="With --language: the function that returns the flow.")
+@click.option("--tag", help="Tag for the job key, e.g. silicon.")
+@click.option("--placement", help="Relative path below the workspace (default: the workflow name).")
+@JSON_OPTION
+@pass_app
+@remote_aware(("job", "new"), local_paths=[LocalPaths("assignments", separator="=")])
+def new(
+    app: AppContext,
+    workspace: str | None,
+    name: str | None,
+    assignments: tuple[str, ...],
+    language: str | None,
+    flow_reference: str | None,
+    tag: str | None,
+    placement: str | None,
+    as_json: bool,
+) -> None:
+    """Create and submit a job from a workflow (or a jobflow flow) and print its job id.
+
+    \b
+    Examples:
+      httk workflow job new --workflow vasp-relax --input structure=POSCAR --tag silicon
+      httk workflow job new --language jobflow --flow mypackage.flows:make_flow
+    """
+    if language is not None or flow_reference is not None:
+        from .language_cmds import new_language_job
+
+        if name is not None or assignments:
+            refuse("--language/--flow submit a flow; give either them or --workflow/--input, not both")
+        new_language_job(app.open_workspace(workspace), language or "jobflow", flow_reference, tag=tag,
+                         placement=placement, as_json=as_json)
+        return
+    if name is None:
+        refuse("job new needs --workflow NAME (see 'httk workflow workflow list'), or --language jobflow --flow "
+               "MODULE:FUNCTION")
+    from ..operations.workflows import WorkflowError, new_job
+    from .workflow_cmds import catalog
+
+    handle = app.open_workspace(workspace)
+    try:
+        created = new_job(
+            handle, catalog(handle), name, assignments, cwd=os.getcwd(), tag=tag, placement=placement
+        )
+    except WorkflowError as error:
+        refuse(str(error))
+    for warning in (*created.warnings, *([created.submitted.warning] if created.submitted.warning else [])):
+        click.echo(f"warning: {warning}", err=True)
+    marker = created.submitted.marker
+    if not as_json:
+        click.echo(marker.job_id)
+        return
+    emit_json({
+        "job_id": marker.job_id,
+        "job_key": str(marker.key),
+        "kind": marker.kind.value,
+        "placement": marker.placement,
+        "workflow": created.workflow.name,
+        "source": created.workflow.source,
+        "runner": dict(created.runner),
+        "inputs": dict(created.inputs),
+        "staged": dict(created.staged),
+        "payload": created.submitted.payload,
+        "workspace": handle.root,
+        "warnings": list(created.warnings),
+    })
 
 
 @job.command("list", epilog=EXIT_CODES)
@@ -152,6 +241,11 @@ def show(app: AppContext, args: tuple[str, ...], as_json: bool) -> None:
         ctx.exit(EXIT_NEEDS_OPERATOR)
 
 
+def _realization_text(report: dict[str, Any]) -> str | None:
+    kind, language = report.get("workflow_realization"), report.get("language")
+    return f"{kind} ({language})" if kind and language else kind
+
+
 def _show_text(report: dict[str, Any]) -> None:
     damage = report["damage"]
     runner = report["runner"] or {}
@@ -165,6 +259,7 @@ def _show_text(report: dict[str, Any]) -> None:
         ("job digest", report["job_digest"]),
         ("name", report["name"]),
         ("workflow", report["workflow"]),
+        ("realization", _realization_text(report)),
         (
             "runner",
             f"{runner.get('source')}:{runner.get('path')} sha256={runner.get('sha256') or '-'}" if runner else None,
@@ -262,3 +357,133 @@ def _log_line(entry: dict[str, Any]) -> str:
     if entry.get("recovered_by_scan"):
         parts.append("(found by journal scan)")
     return "  ".join(parts)
+
+
+# -- diagnosis and control ------------------------------------------------------------------
+@job.command("why", epilog=EXIT_CODES)
+@click.argument("args", nargs=-1, metavar="[WORKSPACE] JOB")
+@JSON_OPTION
+@pass_app
+@remote_aware(("job", "why"), "args", trailing=1)
+def why(app: AppContext, args: tuple[str, ...], as_json: bool) -> None:
+    """Answer "why is this job not running?" for its current state."""
+    workspace_path, selector = split_workspace(click.get_current_context(), args, "JOB")
+    handle = app.open_workspace(workspace_path)
+    marker = inspection.resolve_job(handle, selector)
+    from ..operations import diagnosis
+
+    report = diagnosis.why(handle, marker, app.container.process())
+    if as_json:
+        emit_json(report)
+        return
+    click.echo(f"{report['job']}: {report['summary']}")
+    for line in report["lines"]:
+        click.echo(f"  {line}")
+
+
+@job.command("request", epilog=EXIT_CODES)
+@click.argument("args", nargs=-1, metavar="[WORKSPACE] JOB ACTION")
+@click.option("--operator", required=True, help="Who is asking (recorded in the journal), e.g. \"$USER\".")
+@click.option("--reason", default="", help="Why (recorded in the journal).")
+@click.option("--step", help="The step for override_step.")
+@click.option("--force", is_flag=True, help="override_step: publish even if the step is not a recorded runner step.")
+@JSON_OPTION
+@pass_app
+@remote_aware(("job", "request"), "args", trailing=2)
+def request(
+    app: AppContext, args: tuple[str, ...], operator: str, reason: str, step: str | None, force: bool, as_json: bool
+) -> None:
+    """Ask the managers to pause, continue, cancel, or override_step a job.
+
+    ACTION is one of pause, continue, cancel, override_step. The request captures the
+    job's current marker and applies only while the job is still in that state, so a
+    request that cannot apply to that state (a pause of a finished job, a continue that
+    does not fit the retry budget, ...) is refused here and nothing is published.
+    """
+    ctx = click.get_current_context()
+    if len(args) < 2:
+        raise click.UsageError("expected [WORKSPACE] JOB ACTION", ctx)
+    action = args[-1]
+    if action not in ACTIONS:
+        raise click.UsageError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}", ctx)
+    workspace, selector = split_workspace(ctx, args[:-1], "JOB")
+    handle = app.open_workspace(workspace)
+    marker = inspection.resolve_job(handle, selector)
+    from ..bootstrap import operator_signer
+    from ..operations.requests import publish_request
+
+    view = handle.store.read_job(marker)
+    document = publish_request(
+        handle, view, action, operator=operator, reason=reason, step=step, force=force,
+        warn=lambda line: click.echo(line, err=True),
+        signer=operator_signer(app.environ),
+    )
+    if as_json:
+        emit_json(document)
+        return
+    click.echo(f"request {document['request_id']}: {action} {document['job_key']} "
+               f"(against {document['kind']} generation {document['generation']})")
+
+
+# -- the foreground debug runner --------------------------------------------------------------
+DEBUG_EXIT = """\b
+Exit status:
+  0  the job succeeded
+  2  refused (bad usage or input)
+  3  the job failed
+  4  it stopped without finishing: paused, cancelled, or waiting without --follow-children"""
+
+
+@job.command("debug", epilog=DEBUG_EXIT)
+@click.argument("args", nargs=-1, metavar="[WORKSPACE] PAYLOAD|JOB")
+@click.option("--step", help="Start a fresh payload at this step instead of its initial step.")
+@click.option("--placement", default="debug", show_default=True, help="Where a fresh payload is submitted.")
+@click.option("--follow-children", is_flag=True, help="Also drive the children a waiting job spawned, then resume it.")
+@click.option("--log-level", default="error", show_default=True, help="The private manager's console log level.")
+@pass_app
+@remote_aware(("job", "debug"), "args", trailing=1, local_paths=[LocalPaths("args", index=-1, kind="payload")],
+              unbounded=True)
+def debug(
+    app: AppContext, args: tuple[str, ...], step: str | None, placement: str, follow_children: bool, log_level: str
+) -> None:
+    """Drive exactly one job to a stop in the foreground, streaming its attempts' output."""
+    from ..bootstrap import build_manager
+    from ..engine.manager import ManagerConfig
+    from ..operations.debug import DebugError, Debugger
+    from ..operations.submission import submit as submit_payload
+
+    workspace_path, target = split_workspace(click.get_current_context(), args, "PAYLOAD|JOB")
+    handle = app.open_workspace(workspace_path)
+    candidate = app.absolute(target)
+    if os.path.isdir(candidate) and os.path.exists(os.path.join(candidate, "job.json")):
+        marker = submit_payload(handle, candidate, placement).marker
+        click.echo(f"[debug] submitted {marker.key} at {placement}")
+    else:
+        marker = inspection.resolve_job(handle, target)
+    spec = handle.store.read_job(marker).spec
+    if spec is None:
+        raise DebugError(f"job {marker.key}: job.json is unreadable; run 'httk workflow workspace fsck'")
+    config = ManagerConfig(
+        workers=1,
+        pools=(spec.pool,),
+        capabilities=tuple(spec.capabilities),
+        executors=(spec.executor,),
+        poll_interval=0.1,
+        log_level=log_level,
+    )
+    manager = build_manager(app.container, handle, config)
+    debugger = Debugger(
+        handle,
+        manager,
+        follow_children=follow_children,
+        out=click.echo,
+        err=lambda line: click.echo(line, err=True),
+    )
+    if step is not None:
+        marker = debugger.override_step(marker, step)
+    status = debugger.run(marker)
+    final = inspection.show_job(handle, inspection.resolve_job(handle, marker.job_id))
+    failure = final.get("failure") or {}
+    detail = f": {failure.get('code')}: {failure.get('message')}" if final.get("kind") == "failed" else ""
+    click.echo(f"[debug] {marker.key} ended {final.get('kind')}{detail}; see 'httk workflow job log' for the record")
+    raise SystemExit(status)

@@ -1,5 +1,12 @@
 """The console scripts: ``httk`` (group ``workflow``) and ``httk-taskmanager``.
 
+The command groups are loaded lazily: ``httk workflow`` knows each command only
+as ``module:attribute`` (:data:`WORKFLOW_COMMANDS`) and imports that module when
+the command is asked for (:class:`.lazy.LazyGroup`), so ``workspace status``
+imports the workspace commands and what they use, not the whole tree; ``--help``
+still lists every command (it asks for each). A command registered eagerly with
+``workflow.add_command`` works as before and wins over a lazy entry of the same name.
+
 ``httk-taskmanager`` is an alias tree: its ``init``, ``submit``, ``run``,
 ``status`` and ``request`` (once ``job request`` exists) are the very command
 objects of the canonical spelling, looked up when invoked, so the two spellings
@@ -11,23 +18,27 @@ from __future__ import annotations
 
 import click
 
-from .config_cmds import config
 from .context import ensure_app
-from .debug_cmds import debug as _debug  # noqa: F401  (registers ``job debug``)
-from .diagnosis_cmds import collect as _collect
-from .diagnosis_cmds import precheck as _precheck
-from .diagnosis_cmds import why as _why  # noqa: F401  (registers ``job why``, ``workspace managers``)
-from .fsck_cmds import fsck as _fsck  # noqa: F401  (registers ``workspace fsck``)
-from .job_cmds import job
-from .manager_cmds import manager, run
-from .registry_cmds import forget as _forget  # noqa: F401  (registers ``workspace list/default/forget/delete``)
-from .remote_cmds import remote  # also registers ``manager status``
+from .lazy import LazyGroup
 from .render import Group
-from .request_cmds import request as _request  # noqa: F401  (registers ``job request``)
-from .runner_cmds import runner
-from .transfer_cmds import transfer, transfer_remote
-from .workflow_cmds import workflow_group  # also registers ``job new``
-from .workspace_cmds import workspace
+
+#: ``httk workflow NAME`` -> ``module:attribute`` (relative to this package) of its command. A new
+#: command group is registered here (imported only when used), or eagerly with ``workflow.add_command``.
+WORKFLOW_COMMANDS: dict[str, str] = {
+    "collect": "collect_cmds:collect",
+    "config": "config_cmds:config",
+    "job": "job_cmds:job",
+    "manager": "manager_cmds:manager",
+    "precheck": "precheck_cmds:precheck",
+    "remote": "remote_cmds:remote",
+    "run": "manager_cmds:run",
+    "runner": "runner_cmds:runner",
+    "transfer": "transfer_cmds:transfer",
+    "transfer-remote": "transfer_cmds:transfer_remote",
+    "v1": "v1_cmds:v1",
+    "workflow": "workflow_cmds:workflow_group",
+    "workspace": "workspace_cmds:workspace",
+}
 
 
 @click.group("httk", cls=Group)
@@ -38,19 +49,9 @@ def httk(ctx: click.Context) -> None:
     ensure_app(ctx)
 
 
-@httk.group("workflow", cls=Group)
+@httk.group("workflow", cls=LazyGroup, lazy=WORKFLOW_COMMANDS)
 def workflow() -> None:
     """Filesystem-native workflow task manager: workspaces, jobs, runners, managers."""
-
-
-for _command in (workspace, job, runner, manager, remote, config, workflow_group):
-    workflow.add_command(_command)
-workflow.add_command(run, "run")
-workflow.add_command(_precheck, "precheck")
-workflow.add_command(_collect, "collect")
-workflow.add_command(transfer, "transfer")
-workflow.add_command(transfer_remote, "transfer-remote")
-del _command
 
 
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -67,7 +68,7 @@ def _lookup(path: tuple[str, ...]) -> click.Command | None:
     for name in path:
         if not isinstance(command, click.Group):
             return None
-        command = command.commands.get(name)
+        command = command.get_command(click.Context(command), name)
     return command
 
 
@@ -75,7 +76,8 @@ class AliasGroup(Group):
     """A group whose commands are looked up in the ``workflow`` tree when asked for.
 
     Resolving at call time rather than import time means an alias whose target is
-    registered later (``job request``) appears without this module knowing when.
+    registered later (``job request``) appears without this module knowing when,
+    and an alias imports only its own command's module.
     """
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -5,7 +5,9 @@ their options can never drift apart. The command only builds a
 ``ManagerConfig`` from its options and returns the manager's own exit status;
 the composition root builds the manager. Without ``--workers`` the worker count
 is the workspace setting ``manager.workers`` (else 1), for a local manager as for
-one submitted to a remote. Spec: 000 "Run", "Scheduling", "Application settings".
+one submitted to a remote. ``manager status REMOTE:WS --job ID`` asks a remote's
+batch system about the managers ``run REMOTE:WS`` submitted. Spec: 000 "Run",
+"Scheduling", "Application settings", "Running on a remote".
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import click
 
 from ..domain.model import check_placement
 from ..domain.settings import resolve_workers
+from ..operations.forwarding import manager_jobs
+from ..operations.remotes import RemoteError, split_reference
 from .context import AppContext, pass_app
+from .progress import manager_line
 from .remote_refs import remote_aware
-from .render import EXIT_CODES_RUN, Group
+from .render import EXIT_CODES, EXIT_CODES_RUN, CliError, Group, emit_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -118,14 +123,34 @@ def manager_options(function: F) -> F:
 @click.command("run", epilog=EXIT_CODES_RUN)
 @click.argument("workspace", required=False, metavar="[WORKSPACE]")
 @manager_options
+@click.option(
+    "--managers",
+    type=click.IntRange(min=1),
+    help="REMOTE:WS only: submit up to this many managers, as many as the site's submit limits allow.",
+)
+@click.option("--json", "as_json", is_flag=True, help="REMOTE:WS only: print what was submitted as one JSON object.")
 @pass_app
 @remote_aware(("run",))
 def run(app: AppContext, workspace: str | None, **options: Any) -> None:
-    """Run a task manager on a workspace until it is idle (or, with --idle, until signalled)."""
+    """Run a task manager on a workspace until it is idle (or, with --idle, until signalled).
+
+    On a remote workspace (REMOTE:WS) the manager is submitted through the
+    remote's batch system instead. --managers N submits up to N of them: never
+    more than the site's limits admit (Slurm: MaxSubmitJobs less the jobs
+    already queued, the partition's state and MaxTime), and the last line says
+    how many were submitted and why. None at all is a refusal (exit 2).
+
+    \b
+      httk workflow run kappa:runs --workers 8 --managers 50
+    """
     # Imported here: the manager pulls in the whole runtime, which inspection commands do not need.
     from ..bootstrap import build_manager
     from ..engine.manager import ManagerConfig
 
+    for name, flag in (("managers", "--managers"), ("as_json", "--json")):
+        if options.pop(name) not in (None, False):
+            raise CliError(f"{flag} is for a workspace on a remote (run REMOTE:WS {flag} ...); a local run is "
+                           "one manager in the foreground: start more in other shells")
     handle = app.open_workspace(workspace)
     config = ManagerConfig(
         # The same rule as a remote manager's batch script: --workers, else manager.workers, else 1.
@@ -149,7 +174,9 @@ def run(app: AppContext, workspace: str | None, **options: Any) -> None:
         gc_interval=options["gc_interval"],
     )
     manager = build_manager(app.container, handle, config)
-    click.get_current_context().exit(manager.run())
+    with manager_line(manager, as_json=config.json_logs):  # a live line on stderr, only when it is a terminal
+        status = manager.run()
+    click.get_current_context().exit(status)
 
 
 @click.group("manager", cls=Group)
@@ -158,3 +185,28 @@ def manager() -> None:
 
 
 manager.add_command(run)
+
+
+@manager.command("status", epilog=EXIT_CODES)
+@click.argument("workspace", metavar="REMOTE:WORKSPACE")
+@click.option("--job", "job_ids", multiple=True, required=True, help="A batch job id 'run' printed (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@pass_app
+def manager_status(app: AppContext, workspace: str, job_ids: tuple[str, ...], as_json: bool) -> None:
+    """Ask the remote's batch system about manager jobs that 'run REMOTE:WORKSPACE' submitted."""
+    reference = split_reference(workspace)
+    if reference is None:
+        raise RemoteError(
+            f"{workspace}: manager status asks a remote's batch system (REMOTE:WORKSPACE); "
+            "for the managers of a local workspace see 'httk workflow workspace managers'"
+        )
+    with app.open_session(reference.remote) as session:
+        jobs = manager_jobs(session, job_ids)
+        batch_name = session.batch.name
+    if as_json:
+        emit_json({"remote": reference.remote, "batch": batch_name, "jobs": jobs})
+        return
+    for job_id, entry in jobs.items():
+        outcome = {True: ", succeeded", False: ", did not succeed", None: ""}[entry["succeeded"]]
+        ending = f" (finished{outcome})" if entry["finished"] else ""
+        click.echo(f"{batch_name} job {job_id} on {reference.remote}: {entry['state']}{ending}")

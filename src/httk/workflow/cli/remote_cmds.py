@@ -1,10 +1,12 @@
-"""``httk workflow remote``: configure remotes and check them; ``manager status REMOTE:WS --job ID``.
+"""``httk workflow remote``: configure remotes and check them.
 
-A remote is made from a packaged template (``local``, ``local-slurm``,
-``ssh-slurm``) and configured with ``--set key=value``; every key and value is
-checked against the template. ``remote check`` runs the template's adapter
-script on the target and exits 1 naming each failed check. Spec: 000 "Running
-on a remote".
+A remote is made from a template, one per installed (transport × batch system):
+``local``, ``local-slurm``, ``ssh-slurm``, ``ssh-pbs``, and a plug-in's
+``ssh-<name>``; it is configured with ``--set key=value``, every key and value
+checked against the template. ``remote check`` runs the generic adapter program
+on the target, which looks up the batch system's declared commands there with
+``command -v``, and exits 1 naming each failed check. Spec: 000 "Running on a
+remote".
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from typing import Any
 import click
 
 from ..bootstrap import remote_adapters
+from ..operations.forwarding import RemoteSession
 from ..operations.remote_staging import ADAPTER_PATH
-from ..operations.remotes import Remote, RemoteError, split_reference
+from ..operations.remotes import Remote, RemoteError
 from ..ports import TransportError
 from .context import AppContext, pass_app
-from .manager_cmds import manager
-from .remote_refs import RemoteSession, open_session, remote_registry
+from .remote_refs import remote_registry
 from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
@@ -61,7 +63,8 @@ def _show(item: Remote) -> None:
 
 @remote.command("add", epilog=EXIT_CODES)
 @click.argument("name")
-@click.option("--template", "template_name", required=True, help="local, local-slurm or ssh-slurm.")
+@click.option("--template", "template_name", required=True,
+              help="TRANSPORT-BATCH: local, local-slurm, ssh-slurm, ssh-pbs, ... ('remote list' lists them).")
 @JSON_OPTION
 @pass_app
 def add(app: AppContext, name: str, template_name: str, as_json: bool) -> None:
@@ -199,7 +202,9 @@ def run_checks(
         return checks, None
     transport, batch = remote_adapters(app.container, item)
     session = RemoteSession(item, transport, batch)
-    argv = ["sh", "-s", "--", "--root", str(settings.get("workspace_root", "")), "--", *session.httk_command]
+    declared = [word for command in item.template.commands for word in ("--command", command)]
+    argv = ["sh", "-s", "--", "check", "--root", str(settings.get("workspace_root", "")),
+            "--batch", item.template.batch, *declared, "--", *session.httk_command]
     # The adapter looks for httk where the forwarded commands do (PATH, then ~/.local/bin).
     script = f"{ADAPTER_PATH}\n{remote_registry(app).adapter_script(item.template)}"
     try:
@@ -216,7 +221,7 @@ def run_checks(
             return checks, None
         note("connect", True, f"{getattr(transport, 'where', 'this machine')} (host {report.get('host')})")
         httk_ok = _note_httk(note, item, report.get("httk", {}))
-        _note_batch(note, report.get("batch", {}))
+        _note_batch(note, item, report.get("batch", {}))
         root = report.get("workspace_root", {})
         if root.get("writable"):
             note("workspace_root", True, f"{root.get('path')} writable")
@@ -251,14 +256,15 @@ def _note_httk(note: Note, item: Remote, httk: dict[str, Any]) -> bool:
     return False
 
 
-def _note_batch(note: Note, batch: dict[str, Any]) -> None:
-    commands = batch.get("commands", {})
-    absent = [command for command, path in commands.items() if not path]
+def _note_batch(note: Note, item: Remote, batch: dict[str, Any]) -> None:
+    """Every command the batch system declares, found there (an absent report entry is missing)."""
+    found = batch.get("commands", {})
+    absent = [command for command in item.template.commands if not found.get(command)]
     if absent:
-        note("batch", False, f"{batch.get('system')}: missing {', '.join(absent)}; install the batch system's "
-                             "client commands there, or put them on the PATH an SSH command gets")
+        note("batch", False, f"{item.template.batch}: missing {', '.join(absent)}; install the batch system's "
+                             "client commands there, or put them on the PATH a remote command gets")
     else:
-        note("batch", True, f"{batch.get('system')}: {', '.join(commands)} found")
+        note("batch", True, f"{item.template.batch}: {', '.join(item.template.commands)} found")
 
 
 def _check_workspaces(note: Note, session: RemoteSession, workspace: str | None, httk_ok: bool) -> None:
@@ -329,31 +335,3 @@ def _local_version() -> str:
         return version("httk-workflow")
     except PackageNotFoundError:
         return "unknown"
-
-
-# -- manager status ------------------------------------------------------------------------------
-@manager.command("status", epilog=EXIT_CODES)
-@click.argument("workspace", metavar="REMOTE:WORKSPACE")
-@click.option("--job", "job_ids", multiple=True, required=True, help="A batch job id 'run' printed (repeatable).")
-@JSON_OPTION
-@pass_app
-def manager_status(app: AppContext, workspace: str, job_ids: tuple[str, ...], as_json: bool) -> None:
-    """Ask the remote's batch system about manager jobs that 'run REMOTE:WORKSPACE' submitted."""
-    reference = split_reference(workspace)
-    if reference is None:
-        raise RemoteError(
-            f"{workspace}: manager status asks a remote's batch system (REMOTE:WORKSPACE); "
-            "for the managers of a local workspace see 'httk workflow workspace managers'"
-        )
-    with open_session(app, reference.remote) as session:
-        statuses = session.batch.status(list(job_ids))
-        batch_name = session.batch.name
-    jobs = {job_id: {"state": s.state, "finished": s.finished, "succeeded": s.succeeded}
-            for job_id, s in statuses.items()}
-    if as_json:
-        emit_json({"remote": reference.remote, "batch": batch_name, "jobs": jobs})
-        return
-    for job_id, entry in jobs.items():
-        outcome = {True: ", succeeded", False: ", did not succeed", None: ""}[entry["succeeded"]]
-        ending = f" (finished{outcome})" if entry["finished"] else ""
-        click.echo(f"{batch_name} job {job_id} on {reference.remote}: {entry['state']}{ending}")

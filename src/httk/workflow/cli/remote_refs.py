@@ -7,188 +7,43 @@ Every command but ``run`` is then forwarded as the same command to the remote's
 own httk (the options the user gave, then ``--``, then the arguments with
 ``REMOTE:`` taken off): its stdout and stderr are streamed back as they come and
 its exit status becomes ours. Local files the command names are declared with
-:class:`LocalPaths`; they are uploaded into a private directory there first,
-the command runs in it, and the directory is removed afterwards
-(:mod:`~httk.workflow.operations.remote_staging`). One :class:`RemoteSession` is
-one SSH connection for everything a command does. ``run`` instead reads the
-remote workspace's path and settings there, composes a batch script and submits
-it through the remote's batch system. The remote resolves a bare workspace name
-with its own registry. Spec: 000 "Running on a remote", "Initialize a workspace".
+:class:`LocalPaths`; they are uploaded into a private directory there first, the
+command runs in it, and the directory is removed afterwards. ``run`` instead
+submits a manager through the remote's batch system. This module spells the
+command line again from click's parameters; the use cases themselves (the
+session, the uploads, the manager's batch script) are
+:mod:`~httk.workflow.operations.forwarding`. The remote resolves a bare workspace
+name with its own registry. Spec: 000 "Running on a remote", "Initialize a workspace".
 """
 
 from __future__ import annotations
 
 import codecs
 import functools
-import json
 import os
-import posixpath
-import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import click
 from click.core import ParameterSource
 
-from ..bootstrap import remote_adapters
-from ..operations.remote_staging import PREPARE, RESOLVE, Upload, launch_argv, remove_argv, staged_name, upload
-from ..operations.remotes import Remote, RemoteError, RemoteReference, RemoteRegistry, split_reference
-from ..ports import BatchSystem, BatchSystemError, CommandResult, RemoteTransport, TransportError
+from ..operations.remotes import RemoteError, RemoteReference, RemoteRegistry, split_reference
 from .context import AppContext
+from .render import emit_json
+
+if TYPE_CHECKING:
+    # Forwarding is imported by the calls that forward: a local command never pays for it.
+    from ..operations.forwarding import LocalPath
+    from ..operations.remote_staging import Upload
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def remotes_dir(environ: Mapping[str, str]) -> str:
-    """``$XDG_CONFIG_HOME/httk-workflow/remotes`` (``~/.config`` when unset or relative)."""
-    base = environ.get("XDG_CONFIG_HOME", "")
-    if not base or not posixpath.isabs(base):
-        base = posixpath.join(environ.get("HOME") or os.path.expanduser("~"), ".config")
-    return posixpath.join(base, "httk-workflow", "remotes")
-
-
 def remote_registry(app: AppContext) -> RemoteRegistry:
-    return RemoteRegistry(app.container.fs(), remotes_dir(app.environ), app.container.adapter_templates())
-
-
-@attrs.define
-class RemoteSession:
-    """One remote's transport and batch system for the length of one command.
-
-    Used as a context manager: a transport or batch-system failure inside it leaves
-    as the same one-line error with the remote's name in front, since the adapters
-    know only a host and port.
-    """
-
-    remote: Remote
-    transport: RemoteTransport
-    batch: BatchSystem
-
-    @property
-    def httk_command(self) -> list[str]:
-        words = shlex.split(str(self.remote.settings.get("httk_command", "httk")))
-        if not words:
-            raise RemoteError(f"remote {self.remote.name}: httk_command is blank; 'httk workflow remote configure "
-                              f"{self.remote.name} --set httk_command=' restores the default")
-        return words
-
-    @property
-    def timeout(self) -> float:
-        return float(self.remote.settings.get("command_timeout", 300))
-
-    def httk(self, args: Sequence[str]) -> CommandResult:
-        """Run ``httk ARGS`` there and capture its output; a missing httk is a one-line error."""
-        result = self.transport.run(launch_argv(self.httk_command, args), timeout=self.timeout)
-        if result.returncode == 127 and not result.stdout and not result.stderr:
-            raise self.no_httk()
-        return result
-
-    def stream_httk(self, args: Sequence[str], *, cwd: str = "", timeout: float | None) -> int:
-        """Run ``httk ARGS`` there (in ``cwd``), its output streamed to ours as it comes; its exit status."""
-        seen = False
-
-        def sink(name: str) -> Callable[[bytes], None]:
-            write = _binary_writer(name)
-
-            def hand(data: bytes) -> None:
-                nonlocal seen
-                seen = True
-                write(data)
-
-            return hand
-
-        code = self.transport.stream(
-            launch_argv(self.httk_command, args, cwd), out=sink("stdout"), err=sink("stderr"), timeout=timeout
-        )
-        if code == 127 and not seen:
-            raise self.no_httk()
-        return code
-
-    def no_httk(self) -> RemoteError:
-        """The refusal for a remote where the httk command cannot be found."""
-        name = self.remote.name
-        if "httk_command" in self.remote.chosen:
-            return RemoteError(f"remote {name}: cannot run httk_command {shlex.join(self.httk_command)!r} there; "
-                               f"fix it with 'httk workflow remote configure {name} --set httk_command=PATH' "
-                               f"(see 'httk workflow remote check {name}')")
-        return RemoteError(f"remote {name}: no httk there (not on PATH, nor in ~/.local/bin); install it there "
-                           f"('pipx install httk-workflow') or give its path with 'httk workflow remote configure "
-                           f"{name} --set httk_command=PATH'")
-
-    def batch_httk_command(self) -> list[str]:
-        """The httk words a batch script runs: httk_command as set, else the path ``httk`` resolves to there.
-
-        A batch job gets the environment of the non-interactive login that submitted it,
-        whose PATH need not hold ``~/.local/bin``: an absolute path does not depend on it.
-        """
-        if "httk_command" in self.remote.chosen:
-            return self.httk_command
-        result = self.transport.run(["sh", "-c", RESOLVE, "httk-workflow", self.httk_command[0]],
-                                    timeout=self.timeout)
-        if result.returncode != 0 or not result.stdout.strip():
-            raise self.no_httk()
-        return [result.stdout.strip(), *self.httk_command[1:]]
-
-    def prepare_uploads(self, reference: RemoteReference) -> tuple[str, str]:
-        """``(workspace, directory)``: the workspace's absolute path there ('' = unknown) and a new
-        private directory for uploads below its ``.httk-workflow/tmp`` (else the remote's ``$TMPDIR``)."""
-        path, registered = reference.path, ""
-        if "/" not in path and path not in (".", ".."):
-            # A name (or the default): the remote's registry knows its path.
-            for row in self.httk_json(["workflow", "workspace", "list", "--json"]):
-                if (row.get("name") == path) if path else row.get("default"):
-                    registered = str(row.get("path") or "")
-        result = self.transport.run(
-            ["sh", "-c", PREPARE, "httk-workflow", self.httk_command[0], path, registered], timeout=self.timeout
-        )
-        if result.returncode == 127 and not result.stderr:
-            raise self.no_httk()
-        lines = result.stdout.splitlines()
-        if result.returncode != 0 or len(lines) != 2:
-            raise RemoteError(f"remote {self.remote.name}: {remote_error_line(result)}; check the free space and "
-                              "permissions of the workspace's .httk-workflow/tmp and of $TMPDIR there")
-        return lines[0], lines[1]
-
-    def httk_json(self, args: Sequence[str]) -> Any:
-        """``httk ARGS`` there, which must succeed and print one JSON value."""
-        result = self.httk(args)
-        if result.returncode != 0:
-            raise RemoteError(f"remote {self.remote.name}: {remote_error_line(result)}")
-        try:
-            return json.loads(result.stdout)
-        except json.JSONDecodeError:
-            raise RemoteError(f"remote {self.remote.name}: httk {' '.join(args[:3])} printed no JSON; "
-                              f"compare its version with this machine's ('httk workflow remote check "
-                              f"{self.remote.name}')") from None
-
-    def close(self) -> None:
-        self.transport.close()
-
-    def __enter__(self) -> RemoteSession:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        self.close()
-        if isinstance(exc, TransportError | BatchSystemError):
-            raise type(exc)(f"remote {self.remote.name}: {exc}") from None
-
-
-def open_session(app: AppContext, name: str) -> RemoteSession:
-    """The configured remote ``name`` with its adapters (connected on first use)."""
-    remote = remote_registry(app).get(name)
-    transport, batch = remote_adapters(app.container, remote)
-    return RemoteSession(remote, transport, batch)
-
-
-def remote_error_line(result: CommandResult) -> str:
-    """The remote command's ``error:`` line (or its first line of output), without the prefix."""
-    lines = [line.strip() for line in (result.stderr + "\n" + result.stdout).splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("error:"):
-            return line[len("error:"):].strip()
-    return lines[0] if lines else f"exit status {result.returncode}"
+    """The configured remotes (the container's registry: ``app.remotes``)."""
+    return app.remotes
 
 
 def _binary_writer(name: str) -> Callable[[bytes], None]:
@@ -290,42 +145,31 @@ def forward(app: AppContext, reference: RemoteReference, spec: Forwarding) -> No
         raise RemoteError(f"{reference}: name only the remote here, as '{reference.remote}:'")
     if not reference.path and param.required:
         raise RemoteError(f"{reference}: give the path on {reference.remote} after the colon")
+    from ..operations.forwarding import run_forwarded
+
     params = dict(ctx.params)
     uploads = stage_local_paths(app, params, spec.local_paths, reference.remote)
-    with open_session(app, reference.remote) as session:
-        timeout = None if spec.unbounded else session.timeout
-        if not uploads:
-            params[spec.argument] = workspace_value(spec, params, reference.path)
-            code = session.stream_httk(command_argv(ctx, spec, params), timeout=timeout)
-        else:
-            workspace_path, directory = session.prepare_uploads(reference)
-            try:
-                upload(app.container.fs(), session.transport, uploads, directory)
-                # The command runs in the upload directory: a relative workspace path must not move with it.
-                spelled = workspace_path if reference.path and workspace_path else reference.path
-                params[spec.argument] = workspace_value(spec, params, spelled)
-                code = session.stream_httk(command_argv(ctx, spec, params), cwd=directory, timeout=timeout)
-            finally:
-                _remove_quietly(session, directory)
+
+    def command(workspace: str) -> list[str]:
+        params[spec.argument] = workspace_value(spec, params, workspace)
+        return command_argv(ctx, spec, params)
+
+    with app.open_session(reference.remote) as session:
+        code = run_forwarded(
+            session, reference, command, uploads, app.container.fs(),
+            timeout=None if spec.unbounded else session.timeout,
+            out=_binary_writer("stdout"), err=_binary_writer("stderr"),
+            warn=lambda line: click.echo(f"warning: {line}", err=True),
+        )
     ctx.exit(code)
-
-
-def _remove_quietly(session: RemoteSession, directory: str) -> None:
-    """Remove the upload directory; failing to is a warning, never a mask over the command's own error."""
-    try:
-        result = session.transport.run(remove_argv(directory), timeout=session.timeout)
-        failed = result.returncode != 0
-    except TransportError:
-        failed = True
-    if failed:
-        click.echo(f"warning: remote {session.remote.name}: could not remove {directory} there; remove it by hand",
-                   err=True)
 
 
 def stage_local_paths(
     app: AppContext, params: dict[str, Any], declarations: Sequence[LocalPaths], remote: str
 ) -> list[Upload]:
     """The uploads the declared parameters name; ``params`` gets their spelling below the upload directory."""
+    from ..operations.forwarding import stage
+
     uploads: list[Upload] = []
     for declaration in declarations:
         value = params.get(declaration.param)
@@ -337,33 +181,22 @@ def stage_local_paths(
         else:
             positions = [declaration.index % len(items)] if items else []
         for position in positions:
-            items[position] = _stage(app, declaration, str(items[position]), uploads, remote)
+            items[position] = stage(str(items[position]), kind=declaration.kind, separator=declaration.separator,
+                                    required=declaration.required, remote=remote, uploads=uploads, locate=_locate)
         params[declaration.param] = tuple(items) if isinstance(value, tuple) else items[0]
     return uploads
 
 
-def _stage(app: AppContext, declaration: LocalPaths, text: str, uploads: list[Upload], remote: str) -> str:
-    prefix, path = "", text
-    if declaration.separator is not None:
-        key, separator, rest = text.partition(declaration.separator)
-        if not separator:
-            return text
-        prefix, path = key + separator, rest
-    source = app.absolute(path)
-    if declaration.kind == "payload":
+def _locate(path: str, kind: str) -> LocalPath | None:
+    """The local ``kind`` ``path`` names here (relative to the current directory), else ``None``."""
+    from ..operations.forwarding import LocalPath
+
+    source = os.path.abspath(os.path.expanduser(path))
+    if kind == "payload":
         found = os.path.isdir(source) and os.path.isfile(os.path.join(source, "job.json"))
     else:
         found = os.path.isfile(source)
-    if not found:
-        if declaration.required:
-            what = "a payload directory (holding job.json)" if declaration.kind == "payload" else "a file"
-            raise RemoteError(f"{path}: not {what} on this machine; name the local {declaration.kind} to send "
-                              f"to {remote}")
-        return text
-    destination = staged_name(path, source, len(uploads))
-    # The real path: a symlinked payload is sent as the tree it names.
-    uploads.append(Upload(os.path.realpath(source), destination))
-    return prefix + destination
+    return LocalPath(source, os.path.realpath(source)) if found else None
 
 
 def workspace_value(spec: Forwarding, params: Mapping[str, Any], path: str) -> Any:
@@ -386,16 +219,25 @@ def submit_manager(app: AppContext, reference: RemoteReference) -> None:
     ctx = click.get_current_context()
     # None unless given: compose_script then takes manager.workers from the remote workspace's settings.
     workers = ctx.params["workers"]
-    manager_args = option_argv(ctx, exclude=("workers",))
-    target = ["--", reference.path] if reference.path else []
-    with open_session(app, reference.remote) as session:
-        # The absolute path: the batch job must not depend on the remote registry's state later.
-        path = str(session.httk_json(["workflow", "workspace", "status", "--json", *target])["path"])
-        settings = session.httk_json(["workflow", "workspace", "settings", "show", "--json", "--", path])
-        script = session.batch.compose_script(path, settings, manager_args, session.batch_httk_command(),
-                                              workers=workers)
-        job_id = session.batch.submit(script, workdir=f"{path}/.httk-workflow/batch")
-    click.echo(f"submitted {session.batch.name} job {job_id} on {reference.remote}: a manager for {path}")
+    # --managers and --json shape this submission; the managers themselves never see them.
+    managers, as_json = ctx.params["managers"], ctx.params["as_json"]
+    manager_args = option_argv(ctx, exclude=("workers", "managers", "as_json"))
+    from ..operations.forwarding import manager_script
+    from ..operations.manager_submission import submit_managers
+
+    with app.open_session(reference.remote) as session:
+        composed = manager_script(session, reference, manager_args, workers)
+        submission = submit_managers(session.batch, composed.script, workdir=composed.workdir,
+                                     requested=managers or 1, settings=composed.settings)
+    path = composed.workspace
+    if as_json:
+        emit_json({"remote": reference.remote, "workspace": path, "batch": session.batch.name,
+                   **submission.as_json()})
+        return
+    for job_id in submission.job_ids:
+        click.echo(f"submitted {session.batch.name} job {job_id} on {reference.remote}: a manager for {path}")
+    if managers is not None:
+        click.echo(submission.summary)
 
 
 def option_argv(

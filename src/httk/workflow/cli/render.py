@@ -18,41 +18,55 @@ from typing import Any, NoReturn
 import click
 
 from .. import codec
-from ..domain.model import ValidationError
-from ..engine.requests import RequestError
-from ..operations.debug import DebugError
-from ..operations.inspection import SelectorError
-from ..operations.registry import RegistryError
-from ..operations.remotes import RemoteError
-from ..operations.submission import SubmissionError
-from ..ports import BatchSystemError, TransportError
-from ..store.policy import PolicyError
-from ..store.runners import RunnerStoreError
-from ..store.store import JobDamage
-from ..store.workspaces import WorkspaceError
 
 EXIT_OK = 0
 EXIT_NEEDS_OPERATOR = 1
 EXIT_REFUSED = 2
 
-#: Errors a user can cause and fix; anything else is a bug and keeps its traceback.
-ANTICIPATED: tuple[type[BaseException], ...] = (
-    WorkspaceError,
-    SubmissionError,
-    RunnerStoreError,
-    PolicyError,
-    codec.DocumentError,
-    ValidationError,
-    JobDamage,
-    SelectorError,
-    RequestError,
-    DebugError,
-    RegistryError,
-    RemoteError,
-    TransportError,
-    BatchSystemError,
-    OSError,
-)
+
+def anticipated() -> tuple[type[BaseException], ...]:
+    """Errors a user can cause and fix; anything else is a bug and keeps its traceback.
+
+    Imported when an error is classified, not with this module: the modules that define
+    them (the debugger and its engine, submission, requests) would otherwise be part of
+    every command's start-up. Also importable as ``ANTICIPATED``.
+    """
+    from ..domain.model import ValidationError
+    from ..operations.debug import DebugError
+    from ..operations.inspection import SelectorError
+    from ..operations.registry import RegistryError
+    from ..operations.remotes import RemoteError
+    from ..operations.requests import RequestError
+    from ..operations.submission import SubmissionError
+    from ..ports import BatchSystemError, TransportError
+    from ..store.policy import PolicyError
+    from ..store.runners import RunnerStoreError
+    from ..store.store import JobDamage
+    from ..store.workspaces import WorkspaceError
+
+    return (
+        WorkspaceError,
+        SubmissionError,
+        RunnerStoreError,
+        PolicyError,
+        codec.DocumentError,
+        ValidationError,
+        JobDamage,
+        SelectorError,
+        RequestError,
+        DebugError,
+        RegistryError,
+        RemoteError,
+        TransportError,
+        BatchSystemError,
+        OSError,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ANTICIPATED":
+        return anticipated()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # ``\b`` keeps click from re-wrapping the lines of an epilog.
 EXIT_CODES = "\b\nExit status:\n  0  success\n  2  refused or bad input (one 'error: ...' line on stderr)"
@@ -105,7 +119,9 @@ class Group(click.Group):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             ctx.exit(0)
-        except ANTICIPATED as error:
+        except Exception as error:
+            if not isinstance(error, anticipated()):
+                raise
             raise CliError(_one_line(error)) from error
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import click
 
 from ..domain.lifecycle import TRANSFERABLE_KINDS
+from ..operations.forwarding import RemoteSession
 from ..operations.remotes import split_reference
 from ..operations.transfer import SourceSide, TransferError
 from ..operations.transfer_flow import Endpoint, LocalEndpoint, RemoteEndpoint, Transfer, dispatch, refusal_text
@@ -32,7 +33,7 @@ from ..operations.transfer_import import DestinationSide
 from ..store.transfer_ledger import DESTINATION, ROLES, SOURCE
 from ..store.workspaces import WorkspaceHandle
 from .context import AppContext, pass_app
-from .remote_refs import RemoteSession, open_session
+from .progress import StatusLine
 from .render import EXIT_REFUSED, emit_json, refuse
 
 #: The test hook's environment variable (documented in docs/workflow_cli.md as a test hook only).
@@ -79,7 +80,7 @@ def _endpoint(app: AppContext, reference: str, sessions: dict[str, RemoteSession
         return _local(app, reference, create_default=destination)
     session = sessions.get(remote.remote)
     if session is None:
-        session = sessions[remote.remote] = open_session(app, remote.remote)
+        session = sessions[remote.remote] = app.open_session(remote.remote)
     return RemoteEndpoint(session.transport, session.httk_command, remote.path, reference, remote=remote.remote,
                           timeout=session.timeout, missing_httk=str(session.no_httk()))
 
@@ -94,25 +95,20 @@ def _size(count: int) -> str:
 
 
 class Progress:
-    """One rewritten status line on stderr, only when stderr is a terminal."""
+    """The transfer's events as one status line on stderr (:mod:`.progress`: only on a terminal, never --json)."""
 
-    def __init__(self) -> None:
-        self.active = sys.stderr.isatty()
-        self.shown = False
+    def __init__(self, *, as_json: bool = False) -> None:
+        self.line = StatusLine("transfer", as_json=as_json)
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if not self.active:
-            return
         jobs = f"{event['jobs']} job{'' if event['jobs'] == 1 else 's'}"
-        text = f"transfer {event['transfer']}: {event['phase']} {jobs}"
+        text = f"{event['transfer']}: {event['phase']} {jobs}"
         if event["phase"] == "send":
             text += f", {_size(event['bytes'])} / {_size(event['total'])}"
-        click.echo(f"\r\x1b[K{text}", nl=False, err=True)
-        self.shown = True
+        self.line.show(text)
 
     def end(self) -> None:
-        if self.shown:
-            click.echo("\r\x1b[K", nl=False, err=True)
+        self.line.end()
 
 
 def _count(number: int, noun: str) -> str:
@@ -177,7 +173,7 @@ def transfer(
       httk workflow transfer kappa:runs default     # every stopped job comes back
     """
     sessions: dict[str, RemoteSession] = {}
-    progress = Progress()
+    progress = Progress(as_json=as_json)
     scratch: str | None = None
     try:
         src = _endpoint(app, source, sessions, destination=False)

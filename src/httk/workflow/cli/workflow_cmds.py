@@ -1,30 +1,24 @@
-"""``httk workflow workflow list|show`` and ``httk workflow job new``: start a job from a named workflow.
+"""``httk workflow workflow list|show``: the named workflows a job can be started from.
 
 The catalog is the shipped workflows (the package's ``workflows/`` directory)
 plus the workspace's own (runner directories published as
 ``workflows/<name>``); ``show`` asks the runner for its steps. ``job new``
-stages the file inputs into a payload, publishes a shipped runner into the
-workspace runner store, and submits the job pinned to that digest. A refusal
-prints one ``error:`` line, exits 2 and writes nothing. Spec: 000 "Running on
-a remote"; docs/vasp_runners.md "Shipped workflows".
+(in :mod:`.job_cmds`) starts a job from one. A refusal prints one ``error:``
+line, exits 2 and writes nothing. Spec: 000 "Running on a remote";
+docs/vasp_runners.md "Shipped workflows".
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import click
 
-from ..bootstrap import shell_library_path
-from ..engine.attempts import LaunchSettings
-from ..operations.workflows import Catalog, Workflow, WorkflowError, describe, new_job
+from ..operations.workflows import Catalog, Workflow, WorkflowError, describe
 from ..store.workspaces import WorkspaceHandle
 from ..workflows import SHIPPED_WORKFLOWS
 from .context import AppContext, pass_app
-from .job_cmds import job
-from .remote_refs import LocalPaths, remote_aware
+from .remote_refs import remote_aware
 from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table, refuse, value_text
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON value instead of text.")
@@ -87,7 +81,8 @@ def show_workflow(app: AppContext, name: str, workspace: str | None, as_json: bo
     handle = app.open_workspace(workspace)
     try:
         entry = catalog(handle).get(name)
-        launch = LaunchSettings(python=sys.executable, shell_lib=shell_library_path(), base_env=dict(app.environ))
+        # This environment as it is: ``--describe`` runs where the user runs this command.
+        launch = app.container.launch(base_env=app.environ)
         description = describe(handle, entry, app.container.process(), launch)
     except WorkflowError as error:
         refuse(str(error))
@@ -130,59 +125,3 @@ def show_workflow(app: AppContext, name: str, workspace: str | None, as_json: bo
         click.echo("runner options (workflow.json):")
         for option, value in entry.options.items():
             click.echo(f"  {option} = {value_text(value)}")
-
-
-@job.command("new", epilog=EXIT_CODES)
-@click.argument("workspace", required=False, metavar="[WORKSPACE]")
-@click.option("--workflow", "name", required=True, help="The workflow (see 'httk workflow workflow list').")
-@click.option(
-    "--input", "assignments", multiple=True, metavar="KEY=VALUE",
-    help="One input (repeatable). A file input stages the named file; other values are JSON, else text.",
-)
-@click.option("--tag", help="Tag for the job key, e.g. silicon.")
-@click.option("--placement", help="Relative path below the workspace (default: the workflow name).")
-@JSON_OPTION
-@pass_app
-@remote_aware(("job", "new"), local_paths=[LocalPaths("assignments", separator="=")])
-def new(
-    app: AppContext,
-    workspace: str | None,
-    name: str,
-    assignments: tuple[str, ...],
-    tag: str | None,
-    placement: str | None,
-    as_json: bool,
-) -> None:
-    """Create and submit a job from a workflow and print its job id.
-
-    \b
-    Example:
-      httk workflow job new --workflow vasp-relax --input structure=POSCAR --tag silicon
-    """
-    handle = app.open_workspace(workspace)
-    try:
-        created = new_job(
-            handle, catalog(handle), name, assignments, cwd=os.getcwd(), tag=tag, placement=placement
-        )
-    except WorkflowError as error:
-        refuse(str(error))
-    for warning in (*created.warnings, *([created.submitted.warning] if created.submitted.warning else [])):
-        click.echo(f"warning: {warning}", err=True)
-    marker = created.submitted.marker
-    if not as_json:
-        click.echo(marker.job_id)
-        return
-    emit_json({
-        "job_id": marker.job_id,
-        "job_key": str(marker.key),
-        "kind": marker.kind.value,
-        "placement": marker.placement,
-        "workflow": created.workflow.name,
-        "source": created.workflow.source,
-        "runner": dict(created.runner),
-        "inputs": dict(created.inputs),
-        "staged": dict(created.staged),
-        "payload": created.submitted.payload,
-        "workspace": handle.root,
-        "warnings": list(created.warnings),
-    })

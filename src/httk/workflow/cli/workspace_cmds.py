@@ -1,10 +1,12 @@
-"""``httk workflow workspace``: init, status, policy and application settings.
+"""``httk workflow workspace``: init, status, managers, names, policy, settings, fsck and gc.
 
 Commands parse, call a service, render. Policy values are JSON and validated on
 write (an unknown key is refused); a setting's value is JSON when it parses and
 the plain string otherwise, so ``'"srun -n 32"'`` and ``"srun -n 32"`` store the
-same thing. Spec: 000 "Initialize a workspace", "Workspace policy", "Application
-settings", "Inspect and control".
+same thing. ``list``/``default``/``forget``/``delete`` manage this machine's
+workspace names. Spec: 000 "Initialize a workspace", "Workspace policy",
+"Application settings", "Inspect and control", "Readiness and transfer environment
+advisories", "Checking and repairing a workspace".
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ from ..operations import inspection
 from ..operations.registry import RegistryError
 from ..store.layout import Layout
 from .context import AppContext, pass_app
+from .lazy import LazyGroup
+from .progress import progress
 from .remote_refs import remote_aware
 from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table, flatten, refuse, value_text
 
 WORKSPACE_ARG = click.argument("workspace", required=False, metavar="[WORKSPACE]")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+#: ``workspace managers`` prints a list, and says so.
+JSON_VALUE_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON value instead of text.")
 
 
-@click.group("workspace", cls=Group)
+#: ``workspace report`` and ``workspace diff`` read the journal history; imported when used.
+@click.group("workspace", cls=LazyGroup, lazy={"report": "report_cmds:report", "diff": "report_cmds:diff"})
 def workspace() -> None:
     """Create, inspect and configure workspaces."""
 
@@ -78,11 +85,17 @@ def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: b
 
 @workspace.command("status", epilog=EXIT_CODES)
 @WORKSPACE_ARG
+@click.option("--at", "at", metavar="TIMESTAMP", help="The counts at that instant, from the journal (ISO 8601, "
+              "@EPOCH_SECONDS, or an age such as 2h); refused before what 'workspace gc' kept.")
 @JSON_OPTION
 @pass_app
 @remote_aware(("workspace", "status"))
-def status(app: AppContext, workspace: str | None, as_json: bool) -> None:
-    """Count the jobs of a workspace per state kind."""
+def status(app: AppContext, workspace: str | None, at: str | None, as_json: bool) -> None:
+    """Count the jobs of a workspace per state kind (now, or --at an earlier instant)."""
+    if at is not None:
+        from . import report_cmds  # imported here: the history is read only with --at
+
+        return report_cmds.status_at(app, workspace, at, as_json)
     handle = app.open_workspace(workspace)
     report = inspection.status(handle)
     if as_json:
@@ -97,6 +110,116 @@ def status(app: AppContext, workspace: str | None, as_json: bool) -> None:
         click.echo(f"damage {damage['code']}:{job} {damage['message']} ({damage['path']})")
     if report["damage"]:
         click.echo(f"{len(report['damage'])} damaged: run 'httk workflow workspace fsck {report['path']}'")
+    if report.get("damage_unchecked"):
+        click.echo(f"{report['damage_unchecked']} more active jobs were counted, not checked for damage "
+                   f"(status reads {inspection.STATUS_CHECK_LIMIT}): 'httk workflow workspace fsck "
+                   f"{report['path']}' checks every job")
+
+
+@workspace.command("managers", epilog=EXIT_CODES)
+@WORKSPACE_ARG
+@JSON_VALUE_OPTION
+@pass_app
+@remote_aware(("workspace", "managers"))
+def managers(app: AppContext, workspace: str | None, as_json: bool) -> None:
+    """One line per registered manager, live or stale, with what it serves."""
+    handle = app.open_workspace(workspace)
+    from ..operations import diagnosis  # imported by the commands that diagnose: status never pays for it
+
+    found = diagnosis.managers(handle)
+    if as_json:
+        emit_json(found)
+        return
+    for manager in found:
+        age = manager["heartbeat_age"]
+        state = "live" if manager["live"] else ("stopped" if manager["stopped"] else "stale")
+        click.echo(
+            f"{manager['manager_id']} {state} host={manager.get('host')} pid={manager.get('pid')} "
+            f"heartbeat={'never' if age is None else f'{age:.0f}s ago'} pools={','.join(manager.get('pools') or [])} "
+            f"capabilities={','.join(manager.get('capabilities') or []) or '-'} "
+            f"executors={','.join(manager.get('executors') or [])} "
+            f"prefixes={','.join(manager.get('placement_prefixes') or []) or '-'}"
+        )
+    if not found:
+        click.echo("no manager has registered with this workspace")
+
+
+# -- this machine's workspace names -------------------------------------------------------------
+@workspace.command("list", epilog=EXIT_CODES)
+@click.argument("remote", required=False, metavar="[REMOTE:]")
+@JSON_OPTION
+@pass_app
+@remote_aware(("workspace", "list"), "remote", bare=True)
+def list_workspaces(app: AppContext, remote: str | None, as_json: bool) -> None:
+    """This machine's registered workspace names and paths; with REMOTE: (e.g. kappa:), that remote's.
+
+    \b
+    Examples:
+      httk workflow workspace list
+      httk workflow workspace list kappa:
+    """
+    if remote is not None:
+        raise RegistryError(f"{remote}: expected a remote followed by a colon, e.g. 'kappa:' "
+                            "(see 'httk workflow remote list')")
+    entries = app.registry.entries()
+    chosen = app.registry.default() or "default"
+    fs = app.container.fs()
+    rows = [
+        {"name": name, "path": path, "default": name == chosen,
+         "exists": fs.exists(f"{path}/.httk-workflow/format.json")}
+        for name, path in entries.items()
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    for row in rows:
+        mark = "*" if row["default"] else " "
+        missing = "" if row["exists"] else "  (not initialized yet)"
+        click.echo(f"{mark} {row['name']:<20} {row['path']}{missing}")
+
+
+@workspace.command("default", epilog=EXIT_CODES)
+@click.argument("name", required=False)
+@click.option("--unset", is_flag=True, help="Go back to the per-user default workspace.")
+@pass_app
+def default(app: AppContext, name: str | None, unset: bool) -> None:
+    """Show, or record, the workspace used when a command omits WORKSPACE."""
+    if unset:
+        app.registry.set_default(None)
+    elif name is not None:
+        app.registry.set_default(name)
+    chosen = app.registry.default() or "default"
+    click.echo(f"{chosen} {app.registry.lookup(chosen)}")
+
+
+@workspace.command("forget", epilog=EXIT_CODES)
+@click.argument("name")
+@pass_app
+def forget(app: AppContext, name: str) -> None:
+    """Deregister NAME; the workspace directory itself is left untouched."""
+    path = app.registry.forget(name)
+    click.echo(f"forgot {name} ({path} is untouched)")
+
+
+@workspace.command("delete", epilog=EXIT_CODES)
+@click.argument("reference")
+@click.option("--force", is_flag=True, help="Required: really destroy the workspace and everything in it.")
+@pass_app
+def delete(app: AppContext, reference: str, force: bool) -> None:
+    """Destroy a workspace (by name or path) and deregister it. Refused while a manager is live."""
+    handle = app.open_workspace(reference)
+    if not force:
+        raise RegistryError(f"deleting {handle.root} destroys every job in it; pass --force to confirm")
+    from ..operations import diagnosis
+
+    live = [manager["manager_id"] for manager in diagnosis.managers(handle) if manager["live"]]
+    if live:
+        raise RegistryError(f"{handle.root} is served by live manager(s) {', '.join(live)}; stop them first")
+    name = app.registry.name_of(handle.root)
+    app.container.fs().rmtree(handle.root)
+    if name is not None and name != "default":
+        app.registry.forget(name)
+    click.echo(f"deleted {handle.root}" + (f" and forgot {name}" if name else ""))
 
 
 # -- policy ------------------------------------------------------------------------------------
@@ -206,3 +329,87 @@ def settings_unset(app: AppContext, workspace: str, name: str) -> None:
     handle = app.open_workspace(workspace)
     removed = handle.unset_setting(name)
     click.echo(f"{name} unset" if removed else f"{name} was not set")
+
+
+# -- checking, repairing and collecting -------------------------------------------------------
+FSCK_EXIT = """\b
+Exit status:
+  0  the workspace is clean, or everything found was repaired
+  1  something is left for an operator
+  2  refused (bad usage, not a workspace)"""
+
+
+@workspace.command("fsck", epilog=FSCK_EXIT)
+@WORKSPACE_ARG
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Re-point damaged markers at the last good frame of their job, restore missing markers from the journal, "
+    "and respell misspelt marker names.",
+)
+@click.option(
+    "--quarantine-unrepairable",
+    is_flag=True,
+    help="With --repair: move markers with no readable older frame, and whatever holds a marker name without "
+    "being an empty file (directory, symlink, FIFO, bytes), into .httk-workflow/quarantine/; the latter's marker "
+    "is then restored.",
+)
+@JSON_OPTION
+@pass_app
+@remote_aware(("workspace", "fsck"))
+def fsck(app: AppContext, workspace: str | None, repair: bool, quarantine_unrepairable: bool, as_json: bool) -> None:
+    """Verify that every job has one marker that resolves to its journal frame; nothing is written without --repair.
+
+    Safe against a live workspace: a suspected duplicate or missing marker is read
+    again, within the visibility deadline, before it is reported.
+    """
+    if quarantine_unrepairable and not repair:
+        raise click.UsageError("--quarantine-unrepairable needs --repair")
+    from ..operations.fsck import Fsck  # imported by its command: the read commands start without it
+
+    handle = app.open_workspace(workspace)
+    with progress("fsck", unit="marker", as_json=as_json) as bar:
+        report = Fsck(handle, repair=repair, quarantine=quarantine_unrepairable, progress=bar.update).run()
+    if as_json:
+        emit_json(report)
+    else:
+        for problem in report["problems"]:
+            job = f" job {problem['job']}" if problem["job"] else ""
+            click.echo(f"{problem['code']}:{job} {problem['message']} [{problem['action']}] ({problem['path']})")
+        found, left = len(report["problems"]), report["left_for_operator"]
+        state = "clean" if report["clean"] else f"{found} problem(s), {left} left"
+        click.echo(f"fsck {report['workspace']}: {report['markers_checked']} markers checked; {state}")
+    raise SystemExit(1 if report["left_for_operator"] else 0)
+
+
+@workspace.command("gc")
+@WORKSPACE_ARG
+@click.option("--dry-run", is_flag=True, help="List what would be collected; remove nothing.")
+@JSON_OPTION
+@pass_app
+@remote_aware(("workspace", "gc"))
+def gc(app: AppContext, workspace: str | None, dry_run: bool, as_json: bool) -> None:
+    """Collect aged attempt control directories, trash and journal history under policy.retention.
+
+    A retention limit left unset means keep. Safe against a live workspace: no marker or
+    payload is touched.
+
+    \b
+    Exit status:
+      0  success
+      2  refused (bad usage, not a workspace)
+    """
+    from ..operations.gc import GarbageCollector  # imported by its command, as fsck
+
+    handle = app.open_workspace(workspace)
+    with progress("gc", unit="entry", as_json=as_json) as bar:
+        report = GarbageCollector(handle, dry_run=dry_run, progress=bar.update).run()
+    if as_json:
+        emit_json(report)
+        return
+    verb = "would remove" if dry_run else "removed"
+    for item in report["removed"]:
+        click.echo(f"{verb} {item['category']}: {item['path']}")
+    if not report["retention"]:
+        click.echo("no retention limits are set: nothing is collected (see 'workspace policy set ... retention.*')")
+    click.echo(f"gc {report['workspace']}: {verb} {report['count']} item(s)")

@@ -2,17 +2,27 @@
 
 A marker names exactly one frame; the frame, not a chain of deltas, carries
 everything a reader needs (step, counters, join, failure, owner), so reading a
-job costs one frame. Spec: 000 "Checking and repairing", "Inspecting jobs";
+job costs one frame. Its structured members are the frozen records below; their
+attribute names are the JSON keys on disk (``codec.frame_to_json``), and a member
+marked ``OMIT_WHEN_NONE`` is not written at all while it is ``None``.
+Spec: 000 "Checking and repairing", "Inspecting jobs";
 docs/workflow_filesystem_api.md "Journal".
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
 from .lifecycle import StateKind
+
+# OMIT_WHEN_NONE lives in .model so the runner side can read it without importing the frames.
+from .model import OMIT_WHEN_NONE, Failure
+
+
+def _omitted_when_absent() -> Any:
+    return attrs.field(default=None, metadata={OMIT_WHEN_NONE: True})
 
 
 def _count(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -22,8 +32,101 @@ def _count(_instance: object, attribute: attrs.Attribute[int], value: int) -> No
 
 
 @attrs.frozen
+class ChildRef:
+    """One child a join waits for: its label on the spawning attempt and where the child lives."""
+
+    label: str
+    job_id: str
+    job_key: str
+    placement: str
+
+
+@attrs.frozen
+class JoinRecord:
+    """The join a waiting job recorded at its commit (``$.join``).
+
+    The condition is not checked here: a join recorded by an older version may be
+    invalid, and the waiting pass refuses it by name rather than the frame being damage.
+    """
+
+    step: str
+    when: str = "all_succeeded"
+    count: int | None = None
+    on_impossible: str | None = None
+    children: tuple[ChildRef, ...] = ()
+    #: The first instant a child was seen unresolvable (the grace survives a restart); ``None`` until then.
+    first_unresolved_at: float | None = None
+    #: How the join ended (a ``JoinAction`` value) once it started the next activation; omitted when absent.
+    resolved: str | None = _omitted_when_absent()
+
+
+@attrs.frozen
+class Owner:
+    """The manager that owns a job under its lease (``$.owner``)."""
+
+    manager_id: str
+    host: str
+    lease_seconds: float
+    claimed_at: float
+
+
+@attrs.frozen
+class ProcessRecord:
+    """The launched attempt's process identity and control directory (``$.process``)."""
+
+    host: str
+    pid: int
+    start_ticks: int | None
+    pgid: int
+    control: str
+
+
+@attrs.frozen
+class StoppedGroup:
+    """How a taking-over manager stopped a published attempt's process group before committing it."""
+
+    pgid: int
+    method: str
+    verified: str
+    seconds: float
+
+
+@attrs.frozen
+class TakeoverEvidence:
+    """What a takeover decided from (the verdict's evidence) and who took over, when (``$.takeover``)."""
+
+    rule: str
+    kind: str
+    workdir_mode: str
+    #: ``None`` when the owner never heartbeat or stopped (JSON has no infinity).
+    heartbeat_age: float | None
+    lease_seconds: float
+    grace_factor: float
+    recorded_host: str
+    this_host: str
+    process_alive: bool | None
+    outcome_published: bool
+    unsafe_persistent: bool
+    unsafe_isolated: bool
+    by: str
+    at: float
+    previous_owner: str | None
+    owner_stopped: bool
+    #: Set by the rules that wait out the takeover grace; omitted when absent.
+    grace_seconds: float | None = _omitted_when_absent()
+    #: Set by the rules that wait out the takeover grace; omitted when absent.
+    grace_remaining: float | None = _omitted_when_absent()
+    #: Set when the group of a published attempt was stopped first; omitted when absent.
+    stopped_group: StoppedGroup | None = _omitted_when_absent()
+
+
+@attrs.frozen
 class StateFrame:
     """One journalled generation of one job; its generation and counters are never negative."""
+
+    #: The journal document's ``format`` and ``format_version`` (``codec.frame_to_json`` writes them).
+    FORMAT_NAME: ClassVar[str] = "httk-workflow-state-frame"
+    FORMAT_VERSION: ClassVar[int] = 1
 
     workspace_id: str
     job_id: str
@@ -45,11 +148,11 @@ class StateFrame:
     data_generation: int = attrs.field(default=0, validator=_count)
     runner_steps: tuple[str, ...] | None = None
     pause_requested: bool = False
-    join: dict[str, Any] | None = None
-    failure: dict[str, Any] | None = None
-    owner: dict[str, Any] | None = None
-    process: dict[str, Any] | None = None
-    takeover: dict[str, Any] | None = None
+    join: JoinRecord | None = None
+    failure: Failure | None = None
+    owner: Owner | None = None
+    process: ProcessRecord | None = None
+    takeover: TakeoverEvidence | None = None
     operator: str | None = None
     operator_key: str | None = None
     reason: str | None = None
@@ -58,3 +161,8 @@ class StateFrame:
 
     def evolve(self, **changes: Any) -> StateFrame:
         return attrs.evolve(self, **changes)
+
+    @property
+    def owner_id(self) -> str | None:
+        """The id of the manager that owns the job, ``None`` when none does."""
+        return self.owner.manager_id if self.owner is not None else None

@@ -24,6 +24,10 @@ DATA_MODES = ("none", "transactional")
 DEFAULT_POOL = "default"
 DEFAULT_EXECUTOR = "path"
 
+#: Record field metadata: the member is not written at all while it is ``None`` (``codec`` honours
+#: it). Here, not beside the frames that use it most, so the runner side reads it without importing them.
+OMIT_WHEN_NONE = "omit_when_none"
+
 
 class ValidationError(ValueError):
     """A value that breaks a protocol rule; the message names it and the fix."""
@@ -110,41 +114,19 @@ def control_character(text: str) -> str | None:
     return found.group() if found else None
 
 
+def _failure_code(_instance: object, _attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"a failure code must be a non-empty string, got {value!r}")
+
+
 @attrs.frozen
 class Failure:
-    """The one canonical failure object: ``{code, message, details, retryable}``."""
+    """The one canonical failure object: ``{code, message, details, retryable}`` (``codec`` reads and writes it)."""
 
-    code: str
-    message: str
-    details: dict[str, Any] = attrs.field(factory=dict)
-    retryable: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "details": dict(self.details), "retryable": self.retryable}
-
-    @classmethod
-    def from_json(cls, value: Any) -> Failure:
-        """Parse a failure document; raises :class:`ValidationError` naming the bad member."""
-        if not isinstance(value, dict):
-            raise ValidationError("failure: expected an object")
-        code = value.get("code")
-        message = value.get("message", "")
-        details = value.get("details", {})
-        retryable = value.get("retryable", False)
-        if not isinstance(code, str) or not code:
-            raise ValidationError("failure @ $.code: expected a non-empty string")
-        if not isinstance(message, str):
-            raise ValidationError("failure @ $.message: expected a string")
-        if details is None:
-            details = {}
-        if not isinstance(details, dict):
-            raise ValidationError("failure @ $.details: expected an object")
-        if not isinstance(retryable, bool):
-            raise ValidationError("failure @ $.retryable: expected a boolean")
-        unknown = set(value) - {"code", "message", "details", "retryable"}
-        if unknown:
-            raise ValidationError(f"failure @ $.{sorted(unknown)[0]}: unknown member")
-        return cls(code=code, message=message, details=details, retryable=retryable)
+    code: str = attrs.field(validator=_failure_code)
+    message: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    details: dict[str, Any] = attrs.field(factory=dict, validator=attrs.validators.instance_of(dict))
+    retryable: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 @attrs.frozen

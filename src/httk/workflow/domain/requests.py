@@ -93,8 +93,7 @@ def _plan_pause(kind: StateKind) -> RequestPlan:
 
 
 def _plan_continue(kind: StateKind, frame: StateFrame, policy: RetryPolicy | None) -> RequestPlan:
-    join = frame.join or {}
-    if kind == StateKind.PAUSED and join and not join.get("resolved"):
+    if kind == StateKind.PAUSED and frame.join is not None and not frame.join.resolved:
         # Paused while waiting: resume the same join rather than rerun the spawning step.
         return RequestPlan("continue", Event.OPERATOR_RESUME_WAIT, MappingProxyType({"pause_requested": False}))
     if kind in (StateKind.FAILED, StateKind.PAUSED):

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from .. import codec
+from ..attempt_records import ContextDocument
 from ..domain.frames import StateFrame
 from ..domain.model import Failure
 from ..ports import Filesystem
@@ -25,8 +26,6 @@ from ..store.layout import Layout
 from ..store.markers import Marker
 from ..store.policy import PolicyError, check_setting_name, check_setting_value, scalar_settings_env
 from ..store.runners import RunnerUnavailable, digest_mismatch, resolve_runner
-
-CONTEXT_FORMAT = "httk-workflow-attempt-context"
 
 
 class LaunchRefused(Exception):
@@ -59,6 +58,18 @@ class LaunchSettings:
     runner_search_paths: tuple[str, ...] = ()
     manager_id: str = ""
     host: str = ""
+
+    def library_env(self) -> dict[str, str]:
+        """Where a Bash runner finds its library, and the interpreter (with httk.workflow) its bridge runs under.
+
+        The library's path is exported under both names: ``HTTK_WORKFLOW_BASH_API`` is the
+        httk-workflow 2.1 spelling, also accepted (docs/workflow_filesystem_api.md).
+        """
+        return {
+            "HTTK_WORKFLOW_SHELL_LIB": self.shell_lib,
+            "HTTK_WORKFLOW_BASH_API": self.shell_lib,
+            "HTTK_WORKFLOW_PYTHON": self.python,
+        }
 
 
 def _entry_point(fs: Filesystem, copy: str) -> str:
@@ -140,8 +151,11 @@ def prepare_attempt(
     payload = layout.payload(marker.placement, str(marker.key))
     _check_settings(workspace_settings)
     fs.rmtree(control)
-    # The runner publishes outcome.ready/ below it: its name must survive a crash too.
-    fs.makedirs(control, durable=durable)
+    # The runner publishes outcome.ready/ below the control directory, so its name (and a new
+    # attempts/<job-id>/'s) must survive a crash: synced below, in one group with its parent's.
+    job_attempts = layout.job_attempts(job_id)
+    named = [posixpath.dirname(job_attempts), job_attempts] if fs.lstat(job_attempts) is None else [job_attempts]
+    fs.makedirs(control)
     try:
         runner_source = resolve_runner(fs, layout, payload, spec, settings.runner_search_paths, uid=uid)
     except RunnerUnavailable as refused:
@@ -162,8 +176,8 @@ def prepare_attempt(
         data = f"{layout.data_dir(job_id)}/current"
         fs.makedirs(data, durable=durable)
     context = {
-        "format": CONTEXT_FORMAT,
-        "format_version": 1,
+        "format": ContextDocument.FORMAT.name,
+        "format_version": ContextDocument.FORMAT.version,
         "workspace": layout.root,
         "workspace_id": workspace_id,
         "job_id": job_id,
@@ -191,6 +205,10 @@ def prepare_attempt(
         "children": children,
     }
     fs.write_atomic(f"{control}/context.json", codec.encode(context), durable=durable)
+    if durable:
+        # One group commit for the new directory names, instead of one fsync after each mkdir;
+        # everything is durable before the launch transition records the attempt.
+        fs.fsync_dirs(named)
     env = dict(settings.base_env)
     for name, value in scalar_settings_env(workspace_settings).items():
         # A real HTTK_* deployment override in the manager's environment outranks the workspace setting.
@@ -206,9 +224,7 @@ def prepare_attempt(
             "HTTK_WORKFLOW_DURABLE": "1" if durable else "0",
             "HTTK_WORKFLOW_JOB_ID": job_id,
             "HTTK_WORKFLOW_ATTEMPT_ID": attempt_id,
-            "HTTK_WORKFLOW_SHELL_LIB": settings.shell_lib,
-            # The interpreter that has httk.workflow: the Bash SDK's bridge runs under it.
-            "HTTK_WORKFLOW_PYTHON": settings.python,
+            **settings.library_env(),
         }
     )
     env.pop("HTTK_WORKFLOW_DATA_DIR", None)

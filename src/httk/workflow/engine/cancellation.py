@@ -15,7 +15,7 @@ recovery pass and ``job why`` use. Spec: 000 "Cancelling a running job".
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -24,9 +24,9 @@ from ..domain.lifecycle import Event
 from ..domain.takeover import TakeoverAction
 from ..store.markers import Marker
 from ..store.store import JobDamage
-
-if TYPE_CHECKING:
-    from .manager import Manager
+from .context import TickContext
+from .recovery import Recovery
+from .registration import owned_by_me
 
 log = logging.getLogger("httk.workflow.manager")
 
@@ -43,77 +43,78 @@ class Pending:
 class Cancellation:
     """The cancellations this manager is carrying out."""
 
-    def __init__(self, manager: Manager) -> None:
-        self.m = manager
+    def __init__(self, ctx: TickContext, recovery: Recovery) -> None:
+        self.ctx = ctx
+        self.recovery = recovery
         self.pending: dict[str, Pending] = {}
 
     def start(self, marker: Marker, frame: StateFrame) -> bool:
         """Begin (or resume) the signal procedure for a ``cancelling`` job; False when it is not ours to do."""
-        m = self.m
-        process = frame.process or {}
-        host = process.get("host")
-        if not process.get("pid"):
+        ctx = self.ctx
+        process = frame.process
+        if process is None or not process.pid:
             return self._verified(marker, frame, {"method": "none", "verified": "no process was ever launched"})
-        if host != m.host:
+        host = process.host
+        if host != ctx.host:
             log.warning("job %s: cancelling, but its process ran on host %s; it cannot be proven stopped from "
-                        "%s. Run a manager on %s to finish the cancellation", marker.key, host, m.host, host)
+                        "%s. Run a manager on %s to finish the cancellation", marker.key, host, ctx.host, host)
             return False
-        pgid = int(process.get("pgid") or process["pid"])
-        m.proc.terminate_group(pgid)
-        self.pending[marker.job_id] = Pending(marker, frame, pgid, m.clock.monotonic())
+        pgid = process.pgid or process.pid
+        ctx.proc.terminate_group(pgid)
+        self.pending[marker.job_id] = Pending(marker, frame, pgid, ctx.clock.monotonic())
         log.info("job %s: SIGTERM sent to process group %d", marker.key, pgid)
         return False
 
     def consider(self, marker: Marker) -> bool:
         """A ``cancelling`` marker found by the pass: finish it if it is ours or its owner is gone."""
-        m = self.m
+        ctx = self.ctx
         if marker.job_id in self.pending:
             return False
         try:
-            view = m.store.read_job(marker)
+            view = ctx.store.read_job(marker)
         except JobDamage as damage:
-            m.refuse(marker, f"cancelling job unreadable: {damage}")
+            ctx.refuse(marker, f"cancelling job unreadable: {damage}")
             return False
-        if not m.owned_by_me(marker):
+        if not owned_by_me(ctx, marker):
             return False
-        if (view.frame.owner or {}).get("manager_id") != m.id:
+        if view.frame.owner_id != ctx.manager_id:
             # Another manager's fenced procedure: finish it only when the takeover table admits it.
-            verdict = m.recovery.judge(view)
+            verdict = self.recovery.judge(view)
             if verdict is None or verdict.action != TakeoverAction.FINISH:
-                m.recovery.note(marker, verdict)
+                self.recovery.note(marker, verdict)
                 return False
             log.info("job %s: %s", marker.key, verdict.message)
         return self.start(marker, view.frame)
 
     def poll(self) -> bool:
         """Advance every pending cancellation; True when a job became ``cancelled``."""
-        m = self.m
+        ctx = self.ctx
         changed = False
         for job_id, pending in list(self.pending.items()):
-            if not m.proc.group_alive(pending.pgid):
+            if not ctx.proc.group_alive(pending.pgid):
                 del self.pending[job_id]
-                running = m.running.pop(job_id, None)
+                running = ctx.running.pop(job_id, None)
                 if running is not None:
                     running.process.poll()
                     running.process.close()
                 method = "sigkill" if pending.killed else "sigterm"
                 evidence = {
                     "method": method,
-                    "verified": f"process group {pending.pgid} gone on host {m.host}",
-                    "seconds": round(m.clock.monotonic() - pending.started, 3),
+                    "verified": f"process group {pending.pgid} gone on host {ctx.host}",
+                    "seconds": round(ctx.clock.monotonic() - pending.started, 3),
                 }
                 changed |= self._verified(pending.marker, pending.frame, evidence)
-            elif not pending.killed and m.clock.monotonic() - pending.started >= m.config.kill_grace:
-                m.proc.kill_group(pending.pgid)
+            elif not pending.killed and ctx.clock.monotonic() - pending.started >= ctx.config.kill_grace:
+                ctx.proc.kill_group(pending.pgid)
                 pending.killed = True
                 log.warning("job %s: process group %d ignored SIGTERM for %.0fs; SIGKILL sent",
-                            pending.marker.key, pending.pgid, m.config.kill_grace)
+                            pending.marker.key, pending.pgid, ctx.config.kill_grace)
         return changed
 
     def _verified(self, marker: Marker, frame: StateFrame, evidence: dict[str, Any]) -> bool:
-        m = self.m
+        ctx = self.ctx
         notes = {**frame.notes, "cancellation": evidence}
-        result = m.finish(marker, frame, Event.CANCEL_VERIFIED, {"notes": notes, "owner": None, "process": None})
+        result = ctx.finish(marker, frame, Event.CANCEL_VERIFIED, {"notes": notes, "owner": None, "process": None})
         if result is not None:
             log.info("job %s cancelled (%s)", marker.key, evidence["verified"])
         return result is not None

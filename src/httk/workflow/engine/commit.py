@@ -9,116 +9,165 @@ job may run the same commit at once: both then reach the same result, and only
 the holder of the marker turns an error into a failure (:func:`apply_outcome`).
 A join note names the exact terminal marker it was written for and is trusted
 only while that marker exists (:func:`checked_note`). The decision itself
-(advance, wait, retry, …) comes from the domain's budgets. Spec: 001 "What an
-attempt publishes", "Spawning children", "Gathering them"; 000 "Clocks".
+(advance, wait, retry, …) is the domain's :func:`~httk.workflow.domain.commit.decide_commit`:
+:class:`CommitPass` observes and applies. Spec: 001 "What an attempt publishes",
+"Spawning children", "Gathering them"; 000 "Clocks".
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .. import codec
-from ..domain import budgets
+from ..domain.commit import AttemptEnding, WaitRequest, activation_changes, decide_commit
 from ..domain.data import decide_staged_data
-from ..domain.frames import StateFrame
-from ..domain.lifecycle import TERMINAL_KINDS, Event, drain_release_event, is_terminal
+from ..domain.frames import ChildRef, StateFrame
+from ..domain.lifecycle import TERMINAL_KINDS, Event, StateKind, is_terminal
 from ..domain.model import Failure
 from ..ports import Filesystem, Ids
 from ..protocol import PRIVATE_DIR, JobSpec, parse_job_bytes
 from ..store.layout import Layout
 from ..store.links import UntrustedLink
 from ..store.markers import Marker, MarkerNameError
-from ..store.store import JobDamage, Store
+from ..store.store import JobDamage, LostRace, Store
 from ..store.transactions import TransactionError, apply_transaction
 from .children import PARENT_FILE, ChildPlan, ChildrenError, plan_children
-from .outcome_reader import Outcome
+from .outcome_reader import Outcome, read_outcome
+
+if TYPE_CHECKING:  # the context implements the one transition with this module's join notes
+    from .context import Running, TickContext
 
 log = logging.getLogger("httk.workflow.manager")
-
-
-@attrs.frozen
-class Decision:
-    """The transition a commit makes and the frame changes it carries."""
-
-    event: Event
-    changes: dict[str, Any]
-    summary: str
 
 
 #: The kinds a join note can name (only a terminal transition writes one).
 _TERMINAL_NAMES = frozenset(kind.value for kind in TERMINAL_KINDS)
 
 
-def released(**changes: Any) -> dict[str, Any]:
-    """Frame changes that end an attempt's ownership."""
-    return {"owner": None, "process": None, **changes}
-
-
 def new_activation(frame: StateFrame, ids: Ids, step: str, **changes: Any) -> dict[str, Any]:
-    return released(
-        step=step,
-        activation_id=ids.new_id(),
-        activation_ordinal=frame.activation_ordinal + 1,
-        attempt_ordinal=0,
-        attempt_id=None,
-        **changes,
+    """The domain's changes for a new activation at ``step`` (:func:`.commit.activation_changes`), with its id."""
+    return {**activation_changes(frame, step, **changes), "activation_id": ids.new_id()}
+
+
+def ending_of(outcome: Outcome, *, data_applied: bool) -> AttemptEnding:
+    """What the domain decides a commit from: the outcome as read and applied."""
+    spawned = tuple(ChildRef(child["label"], child["job_id"], child["job_key"], child["placement"])
+                    for child in outcome.spawned)
+    join = outcome.join
+    wait = None if join is None else WaitRequest(
+        step=join["step"], when=join["when"], count=join["count"], on_impossible=join["on_impossible"],
+        labels=tuple(join["children"]),
+    )
+    return AttemptEnding(
+        action=outcome.action,
+        failure=outcome.failure,
+        reason=outcome.reason,
+        step=outcome.step,
+        priority=outcome.priority,
+        join=wait,
+        spawned=spawned,
+        runner_steps=outcome.runner_steps,
+        unclean=outcome.unclean,
+        data_applied=data_applied,
     )
 
 
-def decide(outcome: Outcome, frame: StateFrame, spec: JobSpec, ids: Ids) -> Decision:
-    """What committing ``outcome`` does to a job whose current frame is ``frame``."""
-    policy = spec.retry_policy
-    counters = budgets.counters_of(frame)
-    runner_steps = outcome.runner_steps if outcome.runner_steps is not None else frame.runner_steps
-    base: dict[str, Any] = {"runner_steps": runner_steps}
-    if outcome.unclean:
-        base["unclean_exits"] = frame.unclean_exits + 1
-    pause = frame.pause_requested
-    action = outcome.action
-    if action == "succeed":
-        return Decision(Event.COMMIT_SUCCEED, released(failure=None, join=None, reason=None, **base), "succeeded")
-    if action == "pause":
-        return Decision(Event.COMMIT_PAUSE, released(reason=outcome.reason, pause_requested=False, **base), "paused")
-    if action == "wait":
-        assert outcome.join is not None
-        join = {**outcome.join, "children": _join_children(outcome), "first_unresolved_at": None}
-        changes = released(join=join, failure=None, **base)
-        return Decision(Event.COMMIT_WAIT, changes, f"waiting on {len(join['children'])} children")
-    if action == "advance":
-        assert outcome.step is not None
-        verdict = budgets.can_advance(policy, counters)
-        if not verdict.allowed:
-            failure = Failure(verdict.failure_code or "activations_exhausted", verdict.reason)
-            return Decision(Event.COMMIT_FAIL, released(failure=failure.to_json(), reason=verdict.reason, **base),
-                            verdict.reason)
-        changes = new_activation(frame, ids, outcome.step, join=None, failure=None, reason=None, **base)
-        if outcome.priority is not None:
-            changes["priority"] = outcome.priority
-        if pause:
-            changes["pause_requested"] = False
-            return Decision(Event.COMMIT_PAUSE, changes, f"advanced to {outcome.step!r} and paused as requested")
-        return Decision(Event.COMMIT_ADVANCE, changes, f"advanced to {outcome.step!r}")
-    explicit = action == "retry"
-    failure = outcome.failure
-    verdict = budgets.after_attempt(policy, counters, failure=failure, explicit_retry=explicit)
-    if verdict.retry:
-        last = failure.to_json() if failure is not None else None
-        changes = released(failure=last, reason=outcome.reason or verdict.reason, **base)
-        if pause:
-            changes["pause_requested"] = False
-            return Decision(Event.COMMIT_PAUSE, changes, "retry deferred by a pause request")
-        return Decision(Event.COMMIT_RETRY, changes, f"retrying: {outcome.reason or verdict.reason}")
-    if failure is None:
-        failure = Failure(verdict.failure_code or budgets.ATTEMPTS_EXHAUSTED, f"retry refused: {verdict.reason}")
-    elif verdict.failure_code:
-        failure = attrs.evolve(failure, details={**failure.details, "budget": verdict.reason})
-    reason = verdict.reason if verdict.failure_code else None
-    return Decision(Event.COMMIT_FAIL, released(failure=failure.to_json(), reason=reason, **base),
-                    f"failed: {failure.code}")
+class CommitPass:
+    """Ends attempts: an exited one is published and committed, a job held in ``committing`` is committed."""
+
+    def __init__(self, ctx: TickContext) -> None:
+        self.ctx = ctx
+
+    def commit_exited(self, running: Running, returncode: int) -> None:
+        """Publish (``running`` -> ``committing``) the attempt that exited with ``returncode``, then commit it."""
+        result = self.attempt_transition(
+            running, lambda frame: (Event.PUBLISH, {"notes": {**frame.notes, "returncode": returncode}})
+        )
+        if result is None:
+            return
+        marker, frame = result
+        outcome = read_outcome(self.ctx.store.fs, running.plan.control, returncode)
+        self.commit(marker, frame, running.view.spec, running.plan.control, outcome)
+
+    def attempt_transition(
+        self, running: Running, change: Callable[[StateFrame], tuple[Event, dict[str, Any]]]
+    ) -> tuple[Marker, StateFrame] | None:
+        """Move the running marker of this very attempt by ``change(frame)``; ``None`` if it is not ours now."""
+        marker, frame = running.marker, running.view.frame
+        for _try in range(3):
+            event, changes = change(frame)
+            try:
+                return self.ctx.store.transition(marker, frame, event, **changes)
+            except LostRace:
+                # Another actor (a deferred pause applied elsewhere) may have renamed the running marker
+                # of this very attempt; anything else (a cancel) means the attempt is not ours to end.
+                current = self._current_running(marker, frame.attempt_id)
+                if current is None:
+                    log.info("job %s changed under its attempt (cancelled?); leaving it", marker.key)
+                    return None
+                marker, frame = current
+        return None
+
+    def _current_running(self, marker: Marker, attempt_id: str | None) -> tuple[Marker, StateFrame] | None:
+        """The job's current ``running`` marker and frame if it is still the same attempt."""
+        store = self.ctx.store
+        for current in store.locate(marker.placement, str(marker.key), (StateKind.RUNNING,)):
+            try:
+                frame = store.read_frame(current)
+            except JobDamage:
+                return None
+            if frame is not None and frame.attempt_id == attempt_id:
+                return current, frame
+        return None
+
+    def commit(self, marker: Marker, frame: StateFrame, spec: JobSpec, control: str, outcome: Outcome) -> None:
+        """Apply an outcome to a job this manager holds in ``committing``.
+
+        Another manager may be running the same commit (it took the job over on a lease
+        that only looked expired, and renamed the marker first): the apply steps are safe
+        to run twice at once, an apply error fails the job only while this manager still
+        holds the marker, and one that no longer does stops here, leaving the commit to it.
+        """
+        try:
+            self._commit(marker, frame, spec, control, outcome)
+        except LostRace:
+            log.info("job %s: another manager took the commit over; leaving it to that one", marker.key)
+
+    def _commit(self, marker: Marker, frame: StateFrame, spec: JobSpec, control: str, outcome: Outcome) -> None:
+        ctx = self.ctx
+        outcome, applied = apply_outcome(ctx.store, marker, frame, spec, control, outcome,
+                                         applier=f"{ctx.manager_id}.g{marker.generation}",
+                                         between=self._checkpoint(marker))
+        decision = decide_commit(ending_of(outcome, data_applied=applied), frame, spec.retry_policy)
+        changes = dict(decision.changes)
+        if decision.new_activation:
+            changes["activation_id"] = ctx.ids.new_id()
+        if outcome.failure is not None and outcome.failure.code in ("protocol_error", "runner_exit", "runner_error"):
+            log.warning("job %s attempt %d: %s", marker.key, frame.total_attempts, outcome.failure.message)
+        workdir = (f"{control}/workdir" if spec.workdir_mode == "isolated"
+                   else ctx.store.layout.persistent_workdir(marker.job_id))
+        if ctx.finish(marker, frame, decision.event, changes, workdir=workdir) is not None:
+            log.info("committed %s: %s", marker.key, decision.summary)
+
+    def _checkpoint(self, marker: Marker) -> Callable[[], None]:
+        """Called between a commit's operations and children: heartbeat, and stop once the marker is gone.
+
+        A long commit must not make a live owner look expired; and an owner whose
+        ``committing`` marker was renamed by a manager recovering it has lost the
+        commit, so it stops at the next step instead of racing that manager to the end.
+        """
+        path = self.ctx.store.marker_path(marker)
+
+        def checkpoint() -> None:
+            self.ctx.heartbeat()
+            if self.ctx.store.fs.lstat(path) is None:
+                raise LostRace(marker)
+
+        return checkpoint
 
 
 def apply_outcome(
@@ -170,42 +219,6 @@ def apply_outcome(
     return outcome, applied
 
 
-def decide_drained(frame: StateFrame, reason: str) -> Decision:
-    """What giving back a job does when its own manager terminated the attempt while draining.
-
-    Only for an attempt verified gone without publishing an outcome. The attempt is
-    not charged (the domain's :func:`~httk.workflow.domain.budgets.uncharged`), but it
-    did leave its workdir mid-way, so it counts as an unclean exit for the next one.
-    """
-    counters = budgets.uncharged(budgets.counters_of(frame))
-    event = drain_release_event(frame.pause_requested)
-    changes = released(
-        attempt_ordinal=counters.attempts_in_activation,
-        total_attempts=counters.total_attempts,
-        unclean_exits=frame.unclean_exits + 1,
-        reason=reason,
-    )
-    if event == Event.DRAIN_PAUSE:
-        changes["pause_requested"] = False
-        return Decision(event, changes, "stopped by the drain and paused as requested")
-    return Decision(event, changes, "stopped by the drain; ready again, not charged")
-
-
-def _join_children(outcome: Outcome) -> list[dict[str, Any]]:
-    assert outcome.join is not None
-    by_label = {child["label"]: child for child in outcome.spawned}
-    labels = outcome.join["children"] or [child["label"] for child in outcome.spawned]
-    return [
-        {
-            "label": label,
-            "job_id": by_label[label]["job_id"],
-            "job_key": by_label[label]["job_key"],
-            "placement": by_label[label]["placement"],
-        }
-        for label in labels
-    ]
-
-
 @attrs.frozen
 class JoinNote:
     """One join note as it was written: where, and what it says (a writer that lost removes only its own)."""
@@ -228,7 +241,7 @@ def _parent_link(fs: Filesystem, layout: Layout, marker: Marker) -> dict[str, An
 
 
 def _build_note(
-    fs: Filesystem, layout: Layout, marker: Marker, link: dict[str, Any], failure: dict[str, Any] | None,
+    fs: Filesystem, layout: Layout, marker: Marker, link: dict[str, Any], failure: Failure | None,
     workdir: str | None, source: Marker | None,
 ) -> dict[str, Any]:
     payload = layout.payload(marker.placement, str(marker.key))
@@ -239,7 +252,7 @@ def _build_note(
     return {
         "data": f"{layout.data_dir(marker.job_id)}/current" if data_mode == "transactional" else None,
         "kind": marker.kind.value,
-        "failure": failure,
+        "failure": codec.unstructure(failure),
         "job_id": marker.job_id,
         "job_key": str(marker.key),
         "placement": marker.placement,
@@ -256,7 +269,7 @@ def note_for_parent(
     layout: Layout,
     source: Marker,
     marker: Marker,
-    failure: dict[str, Any] | None,
+    failure: Failure | None,
     *,
     durable: bool,
     workdir: str | None,

@@ -13,13 +13,13 @@ for lease recovery. Spec: 000 "Run" (drain), "Taking over another manager's atte
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..domain.commit import CommitDecision, decide_drained
+from ..domain.frames import StateFrame
 from ..domain.lifecycle import Event
-from .commit import Decision, decide_drained
-
-if TYPE_CHECKING:
-    from .manager import Manager, Running
+from .commit import CommitPass
+from .context import Running, TickContext
 
 log = logging.getLogger("httk.workflow.manager")
 
@@ -30,8 +30,9 @@ KILL_SETTLE_SECONDS = 2.0
 class Drain:
     """The drain of one manager: which signal started it and what it stopped."""
 
-    def __init__(self, manager: Manager) -> None:
-        self.m = manager
+    def __init__(self, ctx: TickContext, committer: CommitPass) -> None:
+        self.ctx = ctx
+        self.committer = committer
         self.signal: int | None = None
 
     def terminate(self) -> None:
@@ -39,9 +40,9 @@ class Drain:
 
         A group that no longer exists ended on its own before the drain: its exit is the job's.
         """
-        for running in list(self.m.running.values()):
+        for running in list(self.ctx.running.values()):
             if not running.drained:
-                running.drained = self.m.proc.terminate_group(running.process.identity.pgid)
+                running.drained = self.ctx.proc.terminate_group(running.process.identity.pgid)
 
     def release(self, running: Running, returncode: int) -> None:
         """Give back, uncharged, the job of an attempt the drain stopped and that published nothing.
@@ -50,31 +51,31 @@ class Drain:
         second writer could join the survivors in a persistent workdir, so the job
         stays ``running`` under this manager's (soon stopped) lease for lease recovery.
         """
-        m = self.m
+        ctx = self.ctx
         pgid = running.process.identity.pgid
         if not self._group_gone(pgid):
             log.warning("job %s: the drained attempt's process group %d survives SIGKILL; leaving the job to "
                         "lease recovery", running.marker.key, pgid)
             return
-        reason = (f"drained: manager {m.id} stopped attempt {running.view.frame.attempt_ordinal} on signal "
-                  f"{self.signal} (exit status {returncode}); process group {pgid} verified gone on {m.host}; "
-                  "not charged to the budgets")
-        decided: list[Decision] = []
+        reason = (f"drained: manager {ctx.manager_id} stopped attempt {running.view.frame.attempt_ordinal} on "
+                  f"signal {self.signal} (exit status {returncode}); process group {pgid} verified gone on "
+                  f"{ctx.host}; not charged to the budgets")
+        decided: list[CommitDecision] = []
 
-        def change(frame: Any) -> tuple[Event, dict[str, Any]]:
+        def change(frame: StateFrame) -> tuple[Event, dict[str, Any]]:
             decided.append(decide_drained(frame, reason))
-            return decided[-1].event, decided[-1].changes
+            return decided[-1].event, dict(decided[-1].changes)
 
-        if m.attempt_transition(running, change) is not None:
-            m._progress()
+        if self.committer.attempt_transition(running, change) is not None:
+            ctx.progressed()
             log.info("job %s: %s", running.marker.key, decided[-1].summary)
 
     def _group_gone(self, pgid: int) -> bool:
         """Whether process group ``pgid`` is gone, allowing SIGKILLed members a moment to die."""
-        m = self.m
-        deadline = m.clock.monotonic() + KILL_SETTLE_SECONDS
-        while m.proc.group_alive(pgid):
-            if m.clock.monotonic() >= deadline:
+        clock = self.ctx.clock
+        deadline = clock.monotonic() + KILL_SETTLE_SECONDS
+        while self.ctx.proc.group_alive(pgid):
+            if clock.monotonic() >= deadline:
                 return False
-            m.clock.sleep(0.02)
+            clock.sleep(0.02)
         return True

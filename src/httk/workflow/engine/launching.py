@@ -11,19 +11,21 @@ contract", "Scheduling".
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 from .. import codec
 from ..domain import budgets
+from ..domain.frames import ProcessRecord
 from ..domain.lifecycle import Event
 from ..domain.model import Failure
 from ..domain.scheduling import Candidate, Requirements, best_within_window, mismatches
 from ..store.markers import Marker
 from ..store.store import JobDamage, JobView, LostRace
-from .attempts import LaunchRefused, prepare_attempt
-
-if TYPE_CHECKING:
-    from .manager import Manager
+from .attempts import LaunchRefused, LaunchSettings, prepare_attempt
+from .context import Running, TickContext
+from .registration import owned_by_me
+from .waiting import children_context
 
 log = logging.getLogger("httk.workflow.manager")
 
@@ -31,31 +33,34 @@ log = logging.getLogger("httk.workflow.manager")
 class Launcher:
     """The claiming pass of one manager."""
 
-    def __init__(self, manager: Manager) -> None:
-        self.m = manager
+    def __init__(self, ctx: TickContext, settings: LaunchSettings) -> None:
+        self.ctx = ctx
+        #: How attempts start on this host, naming this manager.
+        self.settings = settings
 
-    def claim_window(self, markers: list[Marker]) -> None:
-        slots = self.m.config.workers - len(self.m.running)
-        if slots <= 0 or not markers:
-            return
+    def window(self, markers: list[Marker]) -> Iterator[Marker]:
+        """The ready markers to claim, best first, while a worker slot is free.
+
+        The caller handles each one (:meth:`consider`) under its own containment, so one
+        job's fault refuses that job and the rest of the window is still claimed.
+        """
         candidates = [Candidate(marker.priority, marker.relative_path(), marker) for marker in markers]
         for candidate in best_within_window(candidates, len(candidates)):
-            if len(self.m.running) >= self.m.config.workers:
-                break
+            if len(self.ctx.running) >= self.ctx.config.workers:
+                return
             marker = candidate.item
             assert isinstance(marker, Marker)
-            # One job's fault refuses that job; the rest of the window is still claimed.
-            self.m.contain(marker, "the claim", lambda marker=marker: self._consider(marker))
+            yield marker
 
-    def _consider(self, marker: Marker) -> None:
+    def consider(self, marker: Marker) -> None:
         """Claim and launch one ready job if this manager may."""
         try:
-            view = self.m.store.read_job(marker)
+            view = self.ctx.store.read_job(marker)
         except JobDamage as damage:
-            self.m.refuse(marker, f"not claimable: {damage}")
+            self.ctx.refuse(marker, f"not claimable: {damage}")
             return
         if view.spec is None:
-            self.m.refuse(marker, f"not claimable: {view.spec_error}")
+            self.ctx.refuse(marker, f"not claimable: {view.spec_error}")
             return
         requirements = Requirements(
             pool=view.spec.pool,
@@ -63,14 +68,14 @@ class Launcher:
             executor=view.spec.executor,
             placement=marker.placement,
         )
-        if mismatches(self.m.offer, requirements) or not self.m.owned_by_me(marker):
+        if mismatches(self.ctx.offer, requirements) or not owned_by_me(self.ctx, marker):
             return
         try:
             # Read before the claim: an unreadable settings.json leaves the job ready, refused by name,
             # and the next tick after the file is fixed launches it.
-            settings = self.m.handle.settings()
+            settings = self.ctx.handle.settings()
         except codec.DocumentError as error:
-            self.m.refuse(marker, f"not claimable: {error}")
+            self.ctx.refuse(marker, f"not claimable: {error}")
             return
         self.claim_and_launch(marker, view, settings)
 
@@ -84,17 +89,17 @@ class Launcher:
             return
         previous_attempt = frame.attempt_id
         previous_takeover = frame.takeover
-        owner = self.m.owner_record()
+        owner = self.ctx.owner_record()
         try:
-            claimed, frame = self.m.store.transition(
+            claimed, frame = self.ctx.store.transition(
                 marker,
                 frame,
                 Event.CLAIM,
                 owner=owner,
-                attempt_id=self.m.ids.new_id(),
+                attempt_id=self.ctx.ids.new_id(),
                 attempt_ordinal=frame.attempt_ordinal + 1,
                 total_attempts=frame.total_attempts + 1,
-                activation_id=frame.activation_id or self.m.ids.new_id(),
+                activation_id=frame.activation_id or self.ctx.ids.new_id(),
                 activation_ordinal=max(frame.activation_ordinal, 1),
                 takeover=None,
                 # An earlier attempt's exit status must never be mistaken for this one's.
@@ -102,35 +107,35 @@ class Launcher:
             )
         except LostRace:
             return
-        self.m._progress()
+        self.ctx.progressed()
         log.info("claimed %s (step %s, attempt %d)", marker.key, frame.step, frame.attempt_ordinal)
         view = JobView(claimed, frame, spec)
         try:
             plan = prepare_attempt(
-                self.m.fs,
-                self.m.layout,
-                self.m.launch_settings,
-                workspace_id=self.m.handle.workspace_id,
-                durable=self.m.handle.durable,
+                self.ctx.store.fs,
+                self.ctx.store.layout,
+                self.settings,
+                workspace_id=self.ctx.handle.workspace_id,
+                durable=self.ctx.handle.durable,
                 marker=claimed,
                 frame=frame,
                 spec=spec,
                 workspace_settings=settings,
-                children=self.m.waiting.children_context(frame),
+                children=children_context(self.ctx.store.fs, self.ctx.store.layout, frame),
                 restart={
                     "previous_attempt_id": previous_attempt,
                     "unclean": frame.unclean_exits > 0,
-                    "takeover": previous_takeover,
-                    "last_failure": frame.failure,
+                    "takeover": codec.unstructure(previous_takeover),
+                    "last_failure": codec.unstructure(frame.failure),
                 },
-                now=self.m.clock.now(),
-                uid=self.m.uid,
+                now=self.ctx.clock.now(),
+                uid=self.ctx.uid,
             )
         except LaunchRefused as refused:
             log.warning("job %s: %s", marker.key, refused)
-            self.m.finish(claimed, frame, Event.LAUNCH_FAILED, {"owner": None, "failure": refused.failure.to_json()})
+            self.ctx.finish(claimed, frame, Event.LAUNCH_FAILED, {"owner": None, "failure": refused.failure})
             return
-        launched = self.m.proc.launch(
+        launched = self.ctx.proc.launch(
             plan.argv,
             cwd=plan.workdir,
             env=plan.env,
@@ -138,15 +143,10 @@ class Launcher:
             stderr_path=f"{plan.control}/stderr.log",
         )
         identity = launched.identity
-        process = {
-            "host": identity.host,
-            "pid": identity.pid,
-            "start_ticks": identity.start_ticks,
-            "pgid": identity.pgid,
-            "control": plan.control,
-        }
+        process = ProcessRecord(host=identity.host, pid=identity.pid, start_ticks=identity.start_ticks,
+                                pgid=identity.pgid, control=plan.control)
         try:
-            running, frame = self.m.store.transition(claimed, frame, Event.LAUNCH, process=process)
+            running, frame = self.ctx.store.transition(claimed, frame, Event.LAUNCH, process=process)
         except LostRace:
             # Someone (an operator cancel) took the claim: the gate stays shut, the runner never runs.
             launched.abandon()
@@ -158,9 +158,7 @@ class Launcher:
             launched.close()
             raise
         launched.release()
-        from .manager import Running
-
-        self.m.running[marker.job_id] = Running(running, JobView(running, frame, spec), plan, launched)
+        self.ctx.running[marker.job_id] = Running(running, JobView(running, frame, spec), plan, launched)
         log.info("launched %s pid %d: %s", marker.key, identity.pid, " ".join(plan.argv))
 
     def _fail_unstarted(self, marker: Marker, view: JobView, budget: budgets.BudgetDecision) -> None:
@@ -170,10 +168,11 @@ class Launcher:
         gate, for a job made ready by an older version or by hand.
         """
         try:
-            claimed, frame = self.m.store.transition(marker, view.frame, Event.CLAIM, owner=self.m.owner_record())
+            claimed, frame = self.ctx.store.transition(marker, view.frame, Event.CLAIM,
+                                                       owner=self.ctx.owner_record())
         except LostRace:
             return
         failure = Failure(budget.failure_code or budgets.ATTEMPTS_EXHAUSTED, f"no attempt started: {budget.reason}")
         log.warning("job %s: %s", marker.key, failure.message)
-        self.m.finish(claimed, frame, Event.LAUNCH_FAILED,
-                      {"owner": None, "failure": failure.to_json(), "reason": budget.reason})
+        self.ctx.finish(claimed, frame, Event.LAUNCH_FAILED,
+                      {"owner": None, "failure": failure, "reason": budget.reason})

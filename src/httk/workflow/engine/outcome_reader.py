@@ -15,22 +15,12 @@ from typing import Any
 import attrs
 
 from .. import codec
-from ..domain.model import (
-    Failure,
-    JobKey,
-    ValidationError,
-    check_join_condition,
-    check_placement,
-    check_priority,
-    check_step,
-    check_tag,
-)
+from ..attempt_records import JoinDocument, OutcomeDocument, SpawnDocument, TransactionDocument
+from ..domain.model import Failure, ValidationError, check_join_condition
 from ..ports import Filesystem
 from ..protocol import JOB_FILE, PRIVATE_DIR, parse_job_bytes
 from ..store.links import refuse_links
 
-OUTCOME_FORMAT = "httk-workflow-outcome"
-ACTIONS = ("advance", "wait", "succeed", "fail", "retry", "pause")
 #: Failures the manager itself records for an attempt that ended without an outcome.
 UNCLEAN_CODES = frozenset({"runner_error", "runner_exit"})
 #: The exit status of a runner its launcher could not start (spec 002: 125).
@@ -157,136 +147,60 @@ def stderr_tail(fs: Filesystem, control: str, limit: int = 400) -> str:
 
 def _parse_ready(fs: Filesystem, ready: str) -> Outcome:
     name = f"{ready}/outcome.json"
-    document = codec.decode_object(fs.read_document(name), name)
-    check = codec.Checked(name)
-    if document.get("format") != OUTCOME_FORMAT or document.get("format_version") != 1:
-        raise check.fail("$.format", f"expected {OUTCOME_FORMAT} version 1")
-    action = document.get("action")
-    if action not in ACTIONS:
-        raise check.fail("$.action", f"expected one of {', '.join(ACTIONS)}")
-    runner_steps = document.get("runner_steps")
-    if runner_steps is not None:
-        if not isinstance(runner_steps, list) or not all(isinstance(step, str) for step in runner_steps):
-            raise check.fail("$.runner_steps", "expected an array of strings")
-        runner_steps = tuple(sorted(runner_steps))
-    step = priority = join = failure = reason = None
-    if action == "advance":
-        try:
-            step = check_step(document.get("next_step") or "")
-        except ValidationError as error:
-            raise check.fail("$.next_step", str(error)) from None
-    if action == "wait":
-        join = _parse_join(check, document.get("join"))
-    if action == "fail":
-        try:
-            failure = Failure.from_json(document.get("failure"))
-        except ValidationError as error:
-            raise check.fail("$.failure", str(error)) from None
-    if action in ("retry", "pause"):
-        reason = check.string(document, "reason", "$", optional=True) or ""
-    if action == "advance":
-        priority = check.integer(document, "priority", "$", optional=True)
-        if priority is not None:
-            try:
-                check_priority(priority)
-            except ValidationError as error:
-                raise check.fail("$.priority", str(error)) from None
+    record = codec.read(fs.read_document(name), OutcomeDocument, name)
     spawned = _read_spawn(fs, ready)
     transaction = _read_transaction(fs, ready)
-    if join is not None:
-        labels = {child["label"] for child in spawned}
-        for label in join["children"]:
-            if label not in labels:
-                raise check.fail("$.join.children", f"label {label!r} was not spawned by this attempt")
-        # The SDK's gather rule, now that the children are known: a stored join must never be
-        # one the waiting pass cannot evaluate (that would wedge the job, and every manager with it).
-        try:
-            check_join_condition(join["when"], join["count"], children=len(join["children"]) or len(labels))
-        except ValidationError as error:
-            raise check.fail("$.join", str(error)) from None
+    join = None
+    if record.action == "wait":
+        assert record.join is not None  # the record requires it
+        join = _join(name, record.join, {child["label"] for child in spawned})
+    priority = record.priority if record.action == "advance" else None
     return Outcome(
-        action,
-        step=step,
+        record.action,
+        step=record.next_step if record.action == "advance" else None,
         priority=priority,
         join=join,
-        failure=failure,
-        reason=reason,
-        runner_steps=runner_steps,
+        failure=record.failure if record.action == "fail" else None,
+        reason=(record.reason or "") if record.action in ("retry", "pause") else None,
+        runner_steps=tuple(sorted(record.runner_steps)) if record.runner_steps is not None else None,
         spawned=tuple(spawned),
         transaction=tuple(transaction),
     )
 
 
-def _parse_join(check: codec.Checked, join: Any) -> dict[str, Any]:
-    if not isinstance(join, dict):
-        raise check.fail("$.join", "expected an object")
-    extra = set(join) - {"step", "when", "count", "on_impossible", "children"}
-    if extra:
-        raise check.fail(f"$.join.{sorted(extra)[0]}", "unknown member")
-    when = join.get("when", "all_succeeded")
-    count = join.get("count")
+def _join(name: str, record: JoinDocument, labels: set[str]) -> dict[str, Any]:
+    """The join as the frame stores it, once the spawned labels are known."""
+    children = list(record.children or ())
+    for label in children:
+        if label not in labels:
+            raise codec.DocumentError(name, "$.join.children", f"label {label!r} was not spawned by this attempt")
+    # The SDK's gather rule, now that the children are known: a stored join must never be
+    # one the waiting pass cannot evaluate (that would wedge the job, and every manager with it).
     try:
-        step = check_step(check.string(join, "step", "$.join") or "")
-        on_impossible = join.get("on_impossible")
-        if on_impossible is not None:
-            check_step(on_impossible)
-        check_join_condition(when, count)
+        check_join_condition(record.when, record.count, children=len(children) or len(labels))
     except ValidationError as error:
-        raise check.fail("$.join", str(error)) from None
-    children = check.strings(join, "children", "$.join")
-    if len(set(children)) != len(children):
-        raise check.fail("$.join.children", "a label is listed twice")
-    return {"step": step, "when": when, "count": count, "on_impossible": on_impossible, "children": children}
+        raise codec.DocumentError(name, "$.join", str(error)) from None
+    return {"step": record.step, "when": record.when, "count": record.count,
+            "on_impossible": record.on_impossible, "children": children}
 
 
 def _read_spawn(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
     name = f"{ready}/children/spawn.json"
     if not fs.exists(name):
         return []
-    document = codec.decode_object(fs.read_document(name), name)
-    check = codec.Checked(name)
-    children = document.get("children")
-    if not isinstance(children, list):
-        raise check.fail("$.children", "expected an array")
-    seen: set[str] = set()
-    out = []
-    for index, child in enumerate(children):
-        path = f"$.children[{index}]"
-        if not isinstance(child, dict):
-            raise check.fail(path, "expected an object")
-        label = check_tag(check.string(child, "label", path) or "", "label")
-        if label in seen:
-            raise check.fail(f"{path}.label", f"duplicate label {label!r}")
-        seen.add(label)
-        job_key = check.string(child, "job_key", path) or ""
-        try:
-            key = JobKey.parse(job_key)
-            placement = check_placement(check.string(child, "placement", path) or "")
-        except ValidationError as error:
-            raise check.fail(path, str(error)) from None
-        if check.string(child, "job_id", path) != key.job_id:
-            raise check.fail(f"{path}.job_id", "does not match the uuid of job_key")
-        payload = check.string(child, "payload", path)
-        if payload != f"jobs/{job_key}":
-            raise check.fail(f"{path}.payload", f"expected jobs/{job_key}")
+    record = codec.read(fs.read_document(name), SpawnDocument, name)
+    for child in record.children:
         # The payload must be in the outcome; a crash-recovering commit may already have moved it
         # into place, which plan_children checks against the workspace instead.
-        if fs.exists(f"{ready}/children/{payload}"):
-            job_file = f"{ready}/children/{payload}/job.json"
+        if fs.exists(f"{ready}/children/{child.payload}"):
+            job_file = f"{ready}/children/{child.payload}/job.json"
             parse_job_bytes(fs.read_document(job_file), job_file)
-        out.append({"label": label, "job_id": key.job_id, "job_key": job_key, "placement": placement,
-                    "payload": payload})
-    return out
+    return [codec.unstructure(child) for child in record.children]
 
 
 def _read_transaction(fs: Filesystem, ready: str) -> list[dict[str, Any]]:
     name = f"{ready}/transaction/manifest.json"
     if not fs.exists(name):
         return []
-    document = codec.decode_object(fs.read_document(name), name)
-    operations = document.get("operations")
-    if not isinstance(operations, list):
-        raise codec.DocumentError(name, "$.operations", "expected an array")
-    if not all(isinstance(operation, dict) for operation in operations):
-        raise codec.DocumentError(name, "$.operations", "expected an array of objects")
-    return [dict(operation) for operation in operations]
+    record = codec.read(fs.read_document(name), TransactionDocument, name)
+    return [codec.unstructure(operation) for operation in record.operations]

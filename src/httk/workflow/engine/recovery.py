@@ -23,13 +23,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from .. import codec
 from ..domain import budgets
-from ..domain.frames import StateFrame
+from ..domain.frames import StateFrame, StoppedGroup, TakeoverEvidence
 from ..domain.lifecycle import Event, StateKind
 from ..domain.takeover import (
     DEFAULT_GRACE_FACTOR,
@@ -39,14 +38,14 @@ from ..domain.takeover import (
     decide_takeover,
 )
 from ..ports import Filesystem, ProcessControl, ProcessIdentity
-from ..store.layout import Layout
 from ..store.markers import Marker
 from ..store.store import JobDamage, JobView
+from .commit import CommitPass
+from .context import TickContext
 from .draining import KILL_SETTLE_SECONDS
+from .manifest import read_heartbeat
 from .outcome_reader import read_outcome
-
-if TYPE_CHECKING:
-    from .manager import Manager
+from .registration import owned_by_me
 
 log = logging.getLogger("httk.workflow.manager")
 
@@ -84,29 +83,13 @@ class TakeoverSettings:
                    unsafe_isolated=document.get("unsafe_isolated") is True)
 
 
-def read_heartbeat(fs: Filesystem, layout: Layout, manager_id: str) -> tuple[float | None, float | None]:
-    """(time of the last heartbeat, the lease it declared); ``None`` time when stopped, never or unreadable."""
-    path = f"{layout.managers}/{manager_id}/heartbeat.json"
-    try:
-        document = codec.decode_object(fs.read_bytes(path), path)
-        beat: float | None = float(document["time"])
-        lease = float(document.get("lease_seconds") or 0) or None
-    except (FileNotFoundError, codec.DocumentError, KeyError, TypeError, ValueError):
-        return None, None
-    return (None if document.get("stopped") else beat), lease
-
-
 def recorded_identity(frame: StateFrame) -> ProcessIdentity | None:
     """The process identity a frame records, if a launch recorded one."""
-    process = frame.process or {}
-    if not process.get("pid"):
+    process = frame.process
+    if process is None or not process.pid:
         return None
-    return ProcessIdentity(
-        host=str(process.get("host")),
-        pid=int(process["pid"]),
-        start_ticks=process.get("start_ticks"),
-        pgid=int(process.get("pgid") or process["pid"]),
-    )
+    return ProcessIdentity(host=process.host, pid=process.pid, start_ticks=process.start_ticks,
+                           pgid=process.pgid or process.pid)
 
 
 def _attempt_alive(proc: ProcessControl, identity: ProcessIdentity) -> bool | None:
@@ -143,19 +126,18 @@ def observe(
 
     ``beat`` is the owner's last heartbeat time (``None``: stopped, never, or no owner).
     """
-    owner = frame.owner or {}
-    process = frame.process or {}
+    owner, process = frame.owner, frame.process
     identity = recorded_identity(frame)
-    control = process.get("control")
+    control = process.control if process is not None else None
     return TakeoverObservation(
         kind=kind,
         workdir_mode=workdir_mode,
-        recorded_host=str(process.get("host") or owner.get("host") or ""),
+        recorded_host=(process.host if process is not None else "") or (owner.host if owner is not None else ""),
         this_host=this_host,
         process_alive=_attempt_alive(proc, identity) if identity is not None else None,
         outcome_published=bool(control) and fs.exists(f"{control}/outcome.ready"),
         heartbeat_age=float("inf") if beat is None else max(0.0, now - beat),
-        lease_seconds=float(owner.get("lease_seconds") or default_lease),
+        lease_seconds=(owner.lease_seconds if owner is not None else 0.0) or default_lease,
         grace_factor=settings.grace_factor,
         unsafe_persistent=settings.unsafe_persistent,
         unsafe_isolated=settings.unsafe_isolated,
@@ -175,24 +157,25 @@ class _Stopping:
     killed: bool = False
     warned: bool = False
 
-    def evidence(self, host: str, now: float) -> dict[str, Any]:
-        return {"pgid": self.pgid, "method": "sigkill" if self.killed else "sigterm",
-                "verified": f"process group {self.pgid} gone on host {host}",
-                "seconds": round(now - self.started, 3)}
+    def evidence(self, host: str, now: float) -> StoppedGroup:
+        return StoppedGroup(pgid=self.pgid, method="sigkill" if self.killed else "sigterm",
+                            verified=f"process group {self.pgid} gone on host {host}",
+                            seconds=round(now - self.started, 3))
 
 
 class Recovery:
     """Takeover decisions for claimed, running, committing and cancelling jobs."""
 
-    def __init__(self, manager: Manager) -> None:
-        self.m = manager
+    def __init__(self, ctx: TickContext, committer: CommitPass) -> None:
+        self.ctx = ctx
+        self.committer = committer
         self._beats: dict[str, tuple[float, float | None, float | None]] = {}
         #: Owners whose heartbeat advanced while this manager watched: live managers, by evidence.
         self._advanced: set[str] = set()
         self.settings = TakeoverSettings(
-            grace_factor=manager.config.takeover_grace_factor,
-            unsafe_persistent=manager.config.unsafe_persistent_takeover,
-            unsafe_isolated=manager.config.unsafe_isolated_takeover,
+            grace_factor=ctx.config.takeover_grace_factor,
+            unsafe_persistent=ctx.config.unsafe_persistent_takeover,
+            unsafe_isolated=ctx.config.unsafe_isolated_takeover,
         )
         # Jobs this manager will take over (now, later, or by watching an adopted process), per kind:
         # what the last complete pass cycle saw, and what the cycle under way has seen so far.
@@ -207,39 +190,39 @@ class Recovery:
 
         Read at most once a second per owner unless ``fresh``.
         """
-        m = self.m
+        ctx = self.ctx
         cached = self._beats.get(manager_id)
-        if not fresh and cached is not None and m.clock.monotonic() - cached[0] < 1.0:
+        if not fresh and cached is not None and ctx.clock.monotonic() - cached[0] < 1.0:
             return cached[1], cached[2]
-        beat, lease = read_heartbeat(m.fs, m.layout, manager_id)
+        beat, lease = read_heartbeat(ctx.store.fs, ctx.store.layout, manager_id)
         if cached is not None and beat is not None and cached[1] is not None and beat > cached[1]:
             self._advanced.add(manager_id)
-        self._beats[manager_id] = (m.clock.monotonic(), beat, lease)
+        self._beats[manager_id] = (ctx.clock.monotonic(), beat, lease)
         return beat, lease
 
     def heartbeat_age(self, manager_id: str) -> float:
         """Seconds since ``manager_id`` last heartbeat (infinite when it stopped or never did)."""
         beat, _lease = self._beat(manager_id)
-        return float("inf") if beat is None else max(0.0, self.m.clock.now() - beat)
+        return float("inf") if beat is None else max(0.0, self.ctx.clock.now() - beat)
 
     def is_stale(self, manager_id: str) -> bool:
         """Whether ``manager_id`` is silent for longer than the lease it declared itself."""
         beat, lease = self._beat(manager_id)
-        return beat is None or self.m.clock.now() - beat > (lease or self.m.lease)
+        return beat is None or self.ctx.clock.now() - beat > (lease or self.ctx.lease)
 
     def judge(self, view: JobView) -> TakeoverVerdict | None:
         """This manager's takeover verdict on an owned job; ``None`` for its own jobs or an unreadable job.json."""
-        m = self.m
+        ctx = self.ctx
         frame, spec = view.frame, view.spec
-        owner_id = (frame.owner or {}).get("manager_id")
-        if owner_id == m.id or spec is None:
+        owner_id = frame.owner_id
+        if owner_id == ctx.manager_id or spec is None:
             return None
         verdict = None
         for fresh in (False, True):
             beat = self._beat(str(owner_id), fresh=fresh)[0] if owner_id else None
             observation = observe(
-                m.fs, m.proc, view.marker.kind, frame, spec.workdir_mode,
-                this_host=m.host, now=m.clock.now(), beat=beat, default_lease=m.lease,
+                ctx.store.fs, ctx.proc, view.marker.kind, frame, spec.workdir_mode,
+                this_host=ctx.host, now=ctx.clock.now(), beat=beat, default_lease=ctx.lease,
                 settings=self.settings, owner_seen_alive=str(owner_id) in self._advanced,
             )
             verdict = decide_takeover(observation)
@@ -271,17 +254,17 @@ class Recovery:
 
     def consider(self, marker: Marker) -> bool:
         """Recover one owned job if the rules admit it; True when it transitioned."""
-        m = self.m
+        ctx = self.ctx
         if marker.kind == StateKind.CANCELLING:
             return False  # cancellation is finished by the cancellation pass, from the same verdict
         try:
-            view = m.store.read_job(marker)
+            view = ctx.store.read_job(marker)
         except JobDamage as damage:
-            m.refuse(marker, f"unreadable: {damage}")
+            ctx.refuse(marker, f"unreadable: {damage}")
             return False
         frame, spec = view.frame, view.spec
-        owner_id = (frame.owner or {}).get("manager_id")
-        if not m.owned_by_me(marker):
+        owner_id = frame.owner_id
+        if not owned_by_me(ctx, marker):
             return False
         verdict = self.judge(view)
         if verdict is None or spec is None:
@@ -302,13 +285,14 @@ class Recovery:
             verdict = stopped.verdict
         else:
             stopped = None
-        evidence = {key: _finite(value) for key, value in verdict.evidence.items()}
-        evidence.update({"by": m.id, "at": m.clock.now(), "previous_owner": owner_id,
-                         "owner_stopped": math.isinf(verdict.evidence["heartbeat_age"])})
-        if stopped is not None:
-            evidence["stopped_group"] = stopped.evidence(m.host, m.clock.monotonic())
-        control = (frame.process or {}).get("control")
-        me = m.owner_record()
+        evidence = TakeoverEvidence(
+            **{key: _finite(value) for key, value in verdict.evidence.items()},
+            by=ctx.manager_id, at=ctx.clock.now(), previous_owner=owner_id,
+            owner_stopped=math.isinf(verdict.evidence["heartbeat_age"]),
+            stopped_group=stopped.evidence(ctx.host, ctx.clock.monotonic()) if stopped is not None else None,
+        )
+        control = frame.process.control if frame.process is not None else None
+        me = ctx.owner_record()
         if verdict.action == TakeoverAction.RELEASE:
             # The claim never launched: its attempt is given back to both attempt budgets.
             given_back = budgets.uncharged(budgets.counters_of(frame))
@@ -319,11 +303,11 @@ class Recovery:
                 "attempt_ordinal": given_back.attempts_in_activation,
                 "total_attempts": given_back.total_attempts,
             }
-            return m.finish(marker, frame, Event.LEASE_RECOVERY, changes) is not None
+            return ctx.finish(marker, frame, Event.LEASE_RECOVERY, changes) is not None
         if marker.kind == StateKind.RUNNING:
-            result = m.finish(marker, frame, Event.PUBLISH, {"owner": me, "takeover": evidence})
+            result = ctx.finish(marker, frame, Event.PUBLISH, {"owner": me, "takeover": evidence})
         else:
-            result = m.finish(marker, frame, Event.LEASE_RECOVERY, {"owner": me, "takeover": evidence})
+            result = ctx.finish(marker, frame, Event.LEASE_RECOVERY, {"owner": me, "takeover": evidence})
         if result is None:
             return False
         new_marker, new_frame = result
@@ -337,18 +321,18 @@ class Recovery:
         itself says when the group is gone (it turns to ``finish``, and the commit records
         how the group was stopped). A group that survives SIGKILL keeps the job uncommitted.
         """
-        m = self.m
+        ctx = self.ctx
         identity = recorded_identity(frame)
         if identity is None:  # the verdict needs a live group here, which needs a recorded identity
             return
-        pgid, now, grace = identity.pgid, m.clock.monotonic(), m.config.kill_grace
+        pgid, now, grace = identity.pgid, ctx.clock.monotonic(), ctx.config.kill_grace
         stopping = self._stopping.get(marker.job_id)
         if stopping is None or stopping.pgid != pgid:
-            m.proc.terminate_group(pgid)
+            ctx.proc.terminate_group(pgid)
             self._stopping[marker.job_id] = _Stopping(verdict, pgid, now)
             log.info("job %s: SIGTERM sent to process group %d before committing its outcome", marker.key, pgid)
         elif not stopping.killed and now - stopping.started >= grace:
-            m.proc.kill_group(pgid)
+            ctx.proc.kill_group(pgid)
             stopping.killed = True
             log.warning("job %s: process group %d ignored SIGTERM for %.0fs; SIGKILL sent", marker.key, pgid, grace)
         elif stopping.killed and not stopping.warned and now - stopping.started >= grace + KILL_SETTLE_SECONDS:
@@ -357,17 +341,17 @@ class Recovery:
                         marker.key, pgid)
 
     def finish_commit(self, marker: Marker, frame: StateFrame, spec: Any, control: str | None) -> None:
-        m = self.m
+        ctx = self.ctx
         if control is None:
-            control = m.layout.attempt_dir(marker.job_id, frame.total_attempts, frame.attempt_id or "")
+            control = ctx.store.layout.attempt_dir(marker.job_id, frame.total_attempts, frame.attempt_id or "")
         returncode = (frame.notes or {}).get("returncode")
-        outcome = read_outcome(m.fs, control, returncode if returncode is not None else -9)
+        outcome = read_outcome(ctx.store.fs, control, returncode if returncode is not None else -9)
         failure = outcome.failure
         if returncode is None and not outcome.published and failure is not None and failure.code == "runner_exit":
             # No exit status was ever seen: say what happened rather than the -9 stand-in's "killed by signal 9".
-            rule = (frame.takeover or {}).get("rule")
+            rule = frame.takeover.rule if frame.takeover is not None else None
             message = (f"attempt {frame.total_attempts} ended without an outcome its manager could commit: "
                        f"the manager stopped heartbeating and the attempt was taken over ({rule})")
             outcome = attrs.evolve(outcome, failure=attrs.evolve(
                 failure, message=message, details={**failure.details, "takeover_rule": rule}))
-        m.commit(marker, frame, spec, control, outcome)
+        self.committer.commit(marker, frame, spec, control, outcome)

@@ -13,37 +13,36 @@ then one summary".
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from ..domain.lifecycle import OWNED_KINDS, TERMINAL_KINDS, StateKind
 from ..domain.scheduling import Requirements, mismatches
 from ..store.markers import Marker
 from ..store.store import JobDamage
+from .context import TickContext
+from .recovery import Recovery
 
-if TYPE_CHECKING:
-    from .manager import Manager
 
-
-def _owned_bucket(manager: Manager, marker: Marker) -> str:
+def _owned_bucket(ctx: TickContext, recovery: Recovery, marker: Marker) -> str:
     """Where an owned job stands: ``elsewhere``, ``awaiting``, ``stranded`` or ``unreadable``."""
     try:
-        view = manager.store.read_job(marker)
+        view = ctx.store.read_job(marker)
     except JobDamage:
         return "unreadable"
     if view.spec is None:
         return "unreadable"
-    if (view.frame.owner or {}).get("manager_id") == manager.id:
+    if view.frame.owner_id == ctx.manager_id:
         return "awaiting"  # left behind by this manager (a drain): the next one recovers it from its lease
-    verdict = manager.recovery.judge(view)
+    verdict = recovery.judge(view)
     if verdict is None or verdict.awaits_takeover:
         return "awaiting"
     return "elsewhere" if verdict.rule == "lease_live" else "stranded"
 
 
-def classify(manager: Manager) -> dict[str, object]:
+def classify(ctx: TickContext, recovery: Recovery) -> dict[str, object]:
     """Counts of every job this manager's prefixes cover, by what keeps it where it is."""
-    store = manager.store
-    prefixes = tuple(manager.config.placement_prefixes)
+    store = ctx.store
+    prefixes = tuple(ctx.config.placement_prefixes)
     counts: Counter[str] = Counter()
     not_claimable: Counter[str] = Counter()
     for kind in StateKind:
@@ -52,7 +51,7 @@ def classify(manager: Manager) -> dict[str, object]:
         for marker in store.iter_markers(kind, prefixes):
             counts[kind.value] += 1
             if kind in OWNED_KINDS:
-                counts[_owned_bucket(manager, marker)] += 1
+                counts[_owned_bucket(ctx, recovery, marker)] += 1
                 continue
             if kind not in (StateKind.READY, StateKind.SUBMITTED):
                 continue
@@ -67,42 +66,43 @@ def classify(manager: Manager) -> dict[str, object]:
                 executor=spec.executor,
                 placement=marker.placement,
             )
-            for mismatch in mismatches(manager.offer, requirements):
+            for mismatch in mismatches(ctx.offer, requirements):
                 if mismatch.kind != "placement_prefix":
                     not_claimable[f"{mismatch.kind} {mismatch.value}"] += 1
                     break
     return {"counts": counts, "not_claimable": not_claimable}
 
 
-def summarize(manager: Manager) -> str:
-    data = classify(manager)
+def summarize(ctx: TickContext, recovery: Recovery, *, finished: Mapping[str, int], refused: int) -> str:
+    """The closing line: ``finished`` are the jobs this manager made terminal, ``refused`` how many it refuses."""
+    data = classify(ctx, recovery)
     counts: Counter[str] = data["counts"]  # type: ignore[assignment]
-    counts.update(manager.finished)
+    counts.update(finished)
     blocked: Counter[str] = data["not_claimable"]  # type: ignore[assignment]
     blocked_text = ", ".join(f"{count} need {reason}" for reason, count in sorted(blocked.items())) or "0"
     return (
-        f"httk-workflow manager {manager.id} idle: {counts['succeeded']} succeeded, {counts['failed']} failed, "
+        f"httk-workflow manager {ctx.manager_id} idle: {counts['succeeded']} succeeded, {counts['failed']} failed, "
         f"{counts['cancelled']} cancelled; not claimable here: {blocked_text}; "
         f"{counts['waiting']} waiting on children, {counts['paused']} paused, "
         f"{counts['ready']} ready, {counts['elsewhere']} running elsewhere, "
         f"{counts['awaiting']} awaiting takeover, {counts['stranded']} stranded (see 'job why'), "
-        f"{counts['unreadable']} with an unreadable definition; {len(manager.refused)} refused (see 'job why')"
+        f"{counts['unreadable']} with an unreadable definition; {refused} refused (see 'job why')"
     )
 
 
-def idle_advice(manager: Manager) -> list[str]:
-    data = classify(manager)
+def idle_advice(ctx: TickContext, recovery: Recovery) -> list[str]:
+    data = classify(ctx, recovery)
     blocked: Counter[str] = data["not_claimable"]  # type: ignore[assignment]
     counts: Counter[str] = data["counts"]  # type: ignore[assignment]
-    lines = [f"idle timeout reached after {manager.config.idle_timeout}s without progress"]
+    lines = [f"idle timeout reached after {ctx.config.idle_timeout}s without progress"]
     for reason, count in sorted(blocked.items()):
         kind, value = reason.split(" ", 1)
         flag = {"pool": f"--pool {value}", "capability": f"--capability {value}"}.get(kind)
         fix = f"start a manager with {flag}" if flag else f"run a manager that serves the {value!r} executor"
         lines.append(f"{count} job(s) need {kind} {value!r}: {fix}")
-    earliest = manager.recovery.awaiting()
+    earliest = recovery.awaiting()
     if counts["awaiting"] and earliest is not None:
-        wait = max(earliest - manager.clock.now(), 0.0)
+        wait = max(earliest - ctx.clock.now(), 0.0)
         lines.append(f"{counts['awaiting']} job(s) of a stopped manager await their takeover, the first admitted "
                      f"in {wait:.0f}s: raise --idle-timeout, or see 'httk workflow job why'")
     if counts["stranded"]:

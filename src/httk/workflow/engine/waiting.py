@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import attrs
 
 from .. import codec
 from ..domain import budgets
@@ -26,9 +28,8 @@ from ..store.layout import Layout
 from ..store.markers import Marker
 from ..store.store import JobDamage, Store
 from .commit import checked_note, new_activation, read_notes
-
-if TYPE_CHECKING:
-    from .manager import Manager
+from .context import TickContext
+from .registration import owned_by_me
 
 log = logging.getLogger("httk.workflow.manager")
 
@@ -45,18 +46,17 @@ def child_kinds(
     The one classification of join children: the waiting pass decides from it and ``job why`` reports it.
     ``notes`` are the children's notes when already read (and checked, :func:`checked_notes`).
     """
-    join = frame.join or {}
     if notes is None:
         notes = read_notes(fs, layout, frame.job_id)
     kinds: dict[str, StateKind | None] = {}
-    for child in join.get("children", []):
-        note = notes.get(child["job_id"])
+    for child in frame.join.children if frame.join is not None else ():
+        note = notes.get(child.job_id)
         if note is not None:
-            kinds[child["label"]] = StateKind(note["kind"])
-        elif fs.exists(layout.payload(child["placement"], child["job_key"])):
-            kinds[child["label"]] = ACTIVE_CHILD
+            kinds[child.label] = StateKind(note["kind"])
+        elif fs.exists(layout.payload(child.placement, child.job_key)):
+            kinds[child.label] = ACTIVE_CHILD
         else:
-            kinds[child["label"]] = None
+            kinds[child.label] = None
     return kinds
 
 
@@ -70,14 +70,14 @@ def checked_notes(store: Store, frame: StateFrame, notes: Mapping[str, dict[str,
     """
     checked: dict[str, dict[str, Any]] = {}
     directory = f"{store.layout.control}/joins/{frame.job_id}"
-    for child in (frame.join or {}).get("children", []):
-        note = notes.get(child["job_id"])
+    for child in frame.join.children if frame.join is not None else ():
+        note = notes.get(child.job_id)
         if note is None:
             continue
-        note = checked_note(store, child["placement"], child["job_key"], note,
-                            f"{directory}/{child['job_id']}.json", repair=repair)
+        note = checked_note(store, child.placement, child.job_key, note,
+                            f"{directory}/{child.job_id}.json", repair=repair)
         if note is not None:
-            checked[child["job_id"]] = note
+            checked[child.job_id] = note
     return checked
 
 
@@ -86,18 +86,20 @@ def join_decision(
     notes: Mapping[str, dict[str, Any]] | None = None,
 ) -> JoinDecision:
     """The domain's decision for a waiting job's recorded join; raises ``ValidationError`` for a bad join."""
-    join = frame.join or {}
+    join = frame.join
+    if join is None:
+        raise ValidationError("the frame records no join")
     spec_join = JoinSpec(
-        step=join["step"],
-        when=join.get("when", "all_succeeded"),
-        count=join.get("count"),
-        on_impossible=join.get("on_impossible"),
-        children=tuple((child["label"], child["job_key"]) for child in join.get("children", [])),
+        step=join.step,
+        when=join.when,
+        count=join.count,
+        on_impossible=join.on_impossible,
+        children=tuple((child.label, child.job_key) for child in join.children),
     )
     return resolve_join(
         spec_join,
         child_kinds(fs, layout, frame, notes),
-        first_unresolved_at=join.get("first_unresolved_at"),
+        first_unresolved_at=join.first_unresolved_at,
         now=now,
         grace_seconds=grace_seconds,
     )
@@ -106,54 +108,56 @@ def join_decision(
 class WaitingPass:
     """Join evaluation for one manager."""
 
-    def __init__(self, manager: Manager) -> None:
-        self.m = manager
+    def __init__(self, ctx: TickContext) -> None:
+        self.ctx = ctx
 
     def evaluate(self, marker: Marker) -> bool:
         """Resolve one waiting job's join; True when it transitioned."""
-        m = self.m
+        ctx = self.ctx
         try:
-            view = m.store.read_job(marker)
+            view = ctx.store.read_job(marker)
         except JobDamage as damage:
-            m.refuse(marker, f"waiting job unreadable: {damage}")
+            ctx.refuse(marker, f"waiting job unreadable: {damage}")
             return False
         frame, spec = view.frame, view.spec
         join = frame.join
-        if not join or spec is None or not m.owned_by_me(marker):
+        if join is None or spec is None or not owned_by_me(ctx, marker):
             return False
+        fs, layout = ctx.store.fs, ctx.store.layout
         try:
-            notes = read_notes(m.fs, m.layout, frame.job_id)
-            decision = join_decision(m.fs, m.layout, frame, now=m.clock.now(),
-                                     grace_seconds=m.config.join_grace_seconds, notes=notes)
+            notes = read_notes(fs, layout, frame.job_id)
+            decision = join_decision(fs, layout, frame, now=ctx.clock.now(),
+                                     grace_seconds=ctx.config.join_grace_seconds, notes=notes)
             if decision.action != JoinAction.WAIT:
                 # The notes are consumed now: each must match its child's terminal marker (a note
                 # whose rename lost must not fail a parent whose children all succeeded).
-                decision = join_decision(m.fs, m.layout, frame, now=m.clock.now(),
-                                         grace_seconds=m.config.join_grace_seconds,
-                                         notes=checked_notes(m.store, frame, notes, repair=True))
+                decision = join_decision(fs, layout, frame, now=ctx.clock.now(),
+                                         grace_seconds=ctx.config.join_grace_seconds,
+                                         notes=checked_notes(ctx.store, frame, notes, repair=True))
         except (ValidationError, KeyError) as error:
             # A join recorded before its rule was checked at commit: report it, never crash the pass.
-            m.refuse(marker, f"its recorded join is invalid: {error}")
+            ctx.refuse(marker, f"its recorded join is invalid: {error}")
             return False
         action = decision.action
         if action == JoinAction.WAIT:
             return False
         if action == JoinAction.NOTE_UNRESOLVED:
             log.warning("job %s: children %s cannot be resolved here; failing after %.0fs",
-                        marker.key, ", ".join(decision.unresolved), m.config.join_grace_seconds)
-            return m.finish(marker, frame, Event.JOIN_NOTE,
-                            {"join": {**join, "first_unresolved_at": decision.first_unresolved_at}}) is not None
+                        marker.key, ", ".join(decision.unresolved), ctx.config.join_grace_seconds)
+            noted = attrs.evolve(join, first_unresolved_at=decision.first_unresolved_at)
+            return ctx.finish(marker, frame, Event.JOIN_NOTE, {"join": noted}) is not None
         if action in (JoinAction.SATISFIED, JoinAction.IMPOSSIBLE_ADVANCE):
-            step = decision.next_step or join["step"]
+            step = decision.next_step or join.step
             verdict = budgets.can_advance(spec.retry_policy, budgets.counters_of(frame))
             if not verdict.allowed:
                 failure = Failure(verdict.failure_code or "activations_exhausted", verdict.reason)
-                return m.finish(marker, frame, Event.JOIN_IMPOSSIBLE_FAIL,
-                                {"failure": failure.to_json()}) is not None
+                return ctx.finish(marker, frame, Event.JOIN_IMPOSSIBLE_FAIL,
+                                  {"failure": failure}) is not None
             event = Event.JOIN_SATISFIED if action == JoinAction.SATISFIED else Event.JOIN_IMPOSSIBLE_ADVANCE
-            changes = new_activation(frame, m.ids, step, join={**join, "resolved": action.value}, failure=None)
+            changes = new_activation(frame, ctx.ids, step, join=attrs.evolve(join, resolved=action.value),
+                                     failure=None)
             log.info("job %s: join %s; next step %r", marker.key, action.value, step)
-            return m.finish(marker, frame, event, changes) is not None
+            return ctx.finish(marker, frame, event, changes) is not None
         failure = Failure(
             "dependency_failure",
             decision.reason,
@@ -161,39 +165,40 @@ class WaitingPass:
         )
         event = Event.JOIN_UNRESOLVABLE if action == JoinAction.UNRESOLVABLE_FAIL else Event.JOIN_IMPOSSIBLE_FAIL
         log.info("job %s: join failed: %s", marker.key, decision.reason)
-        return m.finish(marker, frame, event, {"failure": failure.to_json()}) is not None
+        return ctx.finish(marker, frame, event, {"failure": failure}) is not None
 
-    def _data_of(self, job_id: str, payload: str) -> str | None:
-        try:
-            spec = parse_job_bytes(self.m.fs.read_document(f"{payload}/job.json"), f"{payload}/job.json")
-        except (OSError, codec.DocumentError):
-            return None
-        return f"{self.m.layout.data_dir(job_id)}/current" if spec.data_mode == "transactional" else None
 
-    def children_context(self, frame: StateFrame) -> list[dict[str, Any]]:
-        """The ``children`` of context.json: the join that started this activation, else empty."""
-        join = frame.join
-        if not join or not join.get("resolved"):
-            return []
-        notes = read_notes(self.m.fs, self.m.layout, frame.job_id)
-        layout = self.m.layout
-        out = []
-        for child in join.get("children", []):
-            note = notes.get(child["job_id"])
-            payload = layout.payload(child["placement"], child["job_key"])
-            if note is None:
-                # A join satisfied early (any_succeeded, at_least) can leave children still active.
-                note = {"kind": "active", "data": self._data_of(child["job_id"], payload)}
-            out.append(
-                {
-                    "label": child["label"],
-                    "job_id": child["job_id"],
-                    "job_key": child["job_key"],
-                    "kind": note.get("kind"),
-                    "failure": note.get("failure"),
-                    "payload": payload,
-                    "workdir": note.get("workdir") or layout.persistent_workdir(child["job_id"]),
-                    "data": note.get("data"),
-                }
-            )
-        return out
+def _data_of(fs: Filesystem, layout: Layout, job_id: str, payload: str) -> str | None:
+    try:
+        spec = parse_job_bytes(fs.read_document(f"{payload}/job.json"), f"{payload}/job.json")
+    except (OSError, codec.DocumentError):
+        return None
+    return f"{layout.data_dir(job_id)}/current" if spec.data_mode == "transactional" else None
+
+
+def children_context(fs: Filesystem, layout: Layout, frame: StateFrame) -> list[dict[str, Any]]:
+    """The ``children`` of context.json: the join that started this activation, else empty."""
+    join = frame.join
+    if join is None or not join.resolved:
+        return []
+    notes = read_notes(fs, layout, frame.job_id)
+    out = []
+    for child in join.children:
+        note = notes.get(child.job_id)
+        payload = layout.payload(child.placement, child.job_key)
+        if note is None:
+            # A join satisfied early (any_succeeded, at_least) can leave children still active.
+            note = {"kind": "active", "data": _data_of(fs, layout, child.job_id, payload)}
+        out.append(
+            {
+                "label": child.label,
+                "job_id": child.job_id,
+                "job_key": child.job_key,
+                "kind": note.get("kind"),
+                "failure": note.get("failure"),
+                "payload": payload,
+                "workdir": note.get("workdir") or layout.persistent_workdir(child.job_id),
+                "data": note.get("data"),
+            }
+        )
+    return out

@@ -2,7 +2,8 @@
 
 An exhaustive, streaming walk (like ``fsck`` or ``job list``, never part of a
 tick): each job becomes one :class:`CollectedJob` summary — identity, outcome,
-where its results are, its state and its declarations — or, with ``raw``, one
+where its results are, its state, its declarations and its realization
+(``workflow_realization``: ``native``, ``language`` or ``httk-v1``) — or, with ``raw``, one
 :class:`JobRecord` holding the marker, the journalled frame and ``job.json`` as
 they are on disk, for a data layer. Spec: 000 "Inspecting jobs" (collecting).
 """
@@ -17,6 +18,7 @@ import attrs
 from .. import codec
 from ..domain.lifecycle import TERMINAL_KINDS, StateKind
 from ..domain.scheduling import placement_matches
+from ..languages import NATIVE, realization_of
 from ..store.markers import Marker
 from ..store.store import JobDamage
 from ..store.workspaces import WorkspaceHandle
@@ -40,6 +42,9 @@ class CollectedJob:
     state: dict[str, Any]
     declarations: dict[str, Any]
     damage: str | None = None
+    #: What runs the job: ``native``, ``language`` (with ``language``: ``jobflow``) or ``httk-v1``.
+    workflow_realization: str = NATIVE
+    language: str | None = None
 
 
 @attrs.frozen
@@ -98,6 +103,7 @@ def collect(
                 observed[entry.name[:-5]] = _read_json(handle, entry.path)
         declarations = {**(spec.declarations if spec else {}), **observed}
         data = f"{handle.layout.data_dir(marker.job_id)}/current"
+        realization = realization_of(spec.runner_source, spec.runner_path) if spec else None
         yield CollectedJob(
             job_key=str(marker.key),
             job_id=marker.job_id,
@@ -106,13 +112,15 @@ def collect(
             name=spec.name if spec else None,
             workflow=spec.workflow if spec else None,
             step=frame.step if frame else None,
-            failure=frame.failure if frame else None,
+            failure=codec.unstructure(frame.failure) if frame else None,
             payload=payload,
             workdir=_workdir(handle, marker, spec.workdir_mode if spec else None),
             data=data if spec is not None and spec.data_mode == "transactional" else None,
             state=_read_json(handle, f"{payload}/.httk-job/state.json") or {},
             declarations=declarations,
             damage=damage,
+            workflow_realization=realization.kind if realization else NATIVE,
+            language=realization.language if realization else None,
         )
 
 

@@ -130,12 +130,12 @@ class Debugger:
             frame = self.handle.store.read_frame(marker)
         except JobDamage:
             return
-        if frame is None or not frame.join:
+        if frame is None or frame.join is None:
             return
-        for child in frame.join.get("children", []):
+        for child in frame.join.children:
             assert self.manager.only_jobs is not None
-            self.manager.only_jobs.add(child["job_id"])
-            self._placements[child["job_id"]] = (child["placement"], child["job_key"])
+            self.manager.only_jobs.add(child.job_id)
+            self._placements[child.job_id] = (child.placement, child.job_key)
 
     # -- finding the job without scanning the workspace ---------------------------------------
     def _current(self, marker: Marker) -> Marker | None:

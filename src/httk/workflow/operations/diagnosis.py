@@ -21,8 +21,10 @@ from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
 from ..domain.model import ValidationError
 from ..domain.scheduling import Offer, Requirements, mismatches
 from ..domain.takeover import TakeoverAction, decide_takeover
-from ..engine.recovery import TakeoverSettings, observe, read_heartbeat
+from ..engine.manifest import read_beat, read_heartbeat, read_manifest
+from ..engine.recovery import TakeoverSettings, observe
 from ..engine.waiting import ACTIVE_CHILD, child_kinds, join_decision
+from ..languages import HTTK_V1, LANGUAGE, LANGUAGES, missing_modules, realization_of
 from ..ports import ProcessControl
 from ..store.markers import Marker
 from ..store.store import JobDamage
@@ -36,17 +38,14 @@ def managers(handle: WorkspaceHandle) -> list[dict[str, Any]]:
     fs, now = handle.fs, handle.ports.clock.now()
     out = []
     for entry in sorted(fs.scandir(handle.layout.managers), key=lambda item: item.name):
-        try:
-            manifest = codec.decode_object(fs.read_bytes(f"{entry.path}/manager.json"), "manager.json")
-        except (FileNotFoundError, codec.DocumentError):
+        record = read_manifest(fs, handle.layout, entry.name)
+        if record is None:
             continue
-        try:
-            beat = codec.decode_object(fs.read_bytes(f"{entry.path}/heartbeat.json"), "heartbeat.json")
-            age: float | None = max(0.0, now - float(beat["time"]))
-            stopped = bool(beat.get("stopped"))
-        except (FileNotFoundError, codec.DocumentError, KeyError, TypeError, ValueError):
-            age, stopped = None, False
-        lease = float(manifest.get("lease_seconds") or handle.policy["lease_seconds"])
+        manifest: dict[str, Any] = codec.unstructure(record)
+        beat = read_beat(fs, handle.layout, entry.name)
+        age = None if beat is None else max(0.0, now - beat.time)
+        stopped = beat is not None and beat.stopped
+        lease = record.lease_seconds or float(handle.policy["lease_seconds"])
         live = age is not None and age <= lease and not stopped
         out.append({**manifest, "heartbeat_age": age, "stopped": stopped, "live": live})
     return out
@@ -59,6 +58,22 @@ def offer_of(manager: dict[str, Any]) -> Offer:
         executors=frozenset(manager.get("executors") or ()),
         placement_prefixes=tuple(manager.get("placement_prefixes") or ()),
     )
+
+
+def realization_lines(spec: Any) -> list[str]:
+    """What realizes a language job or a converted v1 task, and what its manager's machine needs; none for native."""
+    realization = realization_of(spec.runner_source, spec.runner_path)
+    if realization.kind == LANGUAGE and realization.language in LANGUAGES:
+        language = LANGUAGES[realization.language]
+        missing = missing_modules(language)
+        here = ("its engine modules are installed on this machine" if not missing else
+                f"its engine modules ({', '.join(missing)}) are not installed on this machine; the manager's "
+                f"machine needs them: {language.install_hint}")
+        return [f"realization: language ({language.name}), run by the packaged runner {spec.runner_path}; {here}"]
+    if realization.kind == HTTK_V1:
+        return [f"realization: httk-v1, a converted httk v1 task run by the packaged v1 runner; claim pool "
+                f"{spec.pool} (serve it with 'httk workflow manager run --pool {spec.pool}')"]
+    return []
 
 
 def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None = None) -> dict[str, Any]:
@@ -78,6 +93,8 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
     if spec is None:
         lines.append(f"job.json is unreadable: {view.spec_error}")
     lines.extend(_refusals(handle, marker))
+    if spec is not None:
+        lines.extend(realization_lines(spec))
     if kind == StateKind.SUBMITTED:
         summary = "submitted and not yet registered by any manager"
         executor = spec.executor if spec else "path"
@@ -117,8 +134,8 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
         summary, more = _waiting(handle, frame)
         lines.extend(more)
     elif kind == StateKind.FAILED:
-        failure = frame.failure or {}
-        summary = f"failed: {failure.get('code')}: {failure.get('message')}"
+        failure = frame.failure
+        summary = f"failed: {failure.code}: {failure.message}" if failure else "failed (no failure recorded)"
         if spec is not None:
             fits = budgets.continue_fits(spec.retry_policy, budgets.counters_of(frame))
             lines.append("an operator 'continue' fits the retry budget" if fits.allowed
@@ -178,15 +195,14 @@ def _owned(
 ) -> tuple[str, list[str]]:
     """The takeover verdict a manager here reaches, from the observation the recovery pass builds."""
     kind = frame.kind.value
-    owner = frame.owner or {}
-    owner_id = owner.get("manager_id")
+    owner_id = frame.owner_id
     beat, _declared = read_heartbeat(handle.fs, handle.layout, str(owner_id)) if owner_id else (None, None)
     now = handle.ports.clock.now()
-    lease = float(owner.get("lease_seconds") or handle.policy["lease_seconds"])
+    lease = (frame.owner.lease_seconds if frame.owner is not None else 0.0) or float(handle.policy["lease_seconds"])
     age = "never or stopped" if beat is None else f"{max(0.0, now - beat):.0f}s ago"
     lines = [f"owning manager: {owner_id or 'none'} (heartbeat {age}, lease {lease:g}s)"]
-    if (frame.process or {}).get("host"):
-        lines.append(f"attempt process recorded on host {frame.process['host']}")
+    if frame.process is not None and frame.process.host:
+        lines.append(f"attempt process recorded on host {frame.process.host}")
     if spec is None:
         return f"{kind}, blocked: no manager takes over a job whose job.json is unreadable; repair it", lines
     if process is None:
@@ -221,21 +237,22 @@ def _owned(
 
 def _waiting(handle: WorkspaceHandle, frame: Any) -> tuple[str, list[str]]:
     """The join decision the waiting pass reaches, from the same children classification."""
-    join = frame.join or {}
+    join = frame.join
+    if join is None:
+        return "waiting, but the recorded join is invalid: the frame records no join", []
     live = [manager for manager in managers(handle) if manager["live"]]
     grace = float(next((manager["join_grace_seconds"] for manager in live if manager.get("join_grace_seconds")),
                        DEFAULT_JOIN_GRACE_SECONDS))
-    lines = [f"join: {describe_condition(join.get('when', 'all_succeeded'), join.get('count'))}"
-             f", then step {join.get('step')!r}"
-             + (f", on_impossible {join.get('on_impossible')!r}" if join.get("on_impossible") else "")]
+    lines = [f"join: {describe_condition(join.when, join.count)}, then step {join.step!r}"
+             + (f", on_impossible {join.on_impossible!r}" if join.on_impossible else "")]
     kinds = child_kinds(handle.fs, handle.layout, frame)
-    for child in join.get("children", []):
-        state = kinds.get(child["label"])
+    for child in join.children:
+        state = kinds.get(child.label)
         text = ("cannot be resolved in this workspace" if state is None
                 else "active" if state == ACTIVE_CHILD else state.value)
-        lines.append(f"child {child['label']} ({child['job_key']}): {text}")
-    if join.get("first_unresolved_at") is not None:
-        lines.append(f"first recorded unresolvable at {join['first_unresolved_at']:.0f} (epoch seconds); the job "
+        lines.append(f"child {child.label} ({child.job_key}): {text}")
+    if join.first_unresolved_at is not None:
+        lines.append(f"first recorded unresolvable at {join.first_unresolved_at:.0f} (epoch seconds); the job "
                      f"fails with dependency_failure {grace:g}s (--join-grace-seconds) after that")
     try:
         decision = join_decision(handle.fs, handle.layout, frame, now=handle.ports.clock.now(), grace_seconds=grace)

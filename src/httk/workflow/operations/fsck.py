@@ -19,6 +19,7 @@ safe to run against a live workspace. Spec: 000 "Checking and repairing a worksp
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -26,6 +27,7 @@ import attrs
 from .. import codec
 from ..domain.frames import StateFrame
 from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
+from ..engine.manifest import read_beat
 from ..protocol import JOB_FILE
 from ..store.job_ids import JobIdTaken, missing_reservations, read_reservation, reservation_of, reserve_job_id
 from ..store.journal import FrameDamage, RecordRef
@@ -102,8 +104,13 @@ def done(problem: Problem, action: str, detail: str) -> Problem:
 class Fsck:
     """One check (and optional repair) of one workspace."""
 
-    def __init__(self, handle: WorkspaceHandle, *, repair: bool = False, quarantine: bool = False) -> None:
+    def __init__(
+        self, handle: WorkspaceHandle, *, repair: bool = False, quarantine: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
         self.handle = handle
+        #: Told of each marker checked (the CLI's progress line).
+        self.progress = progress
         self.store = handle.store
         self.fs = handle.fs
         self.repair = repair
@@ -125,6 +132,8 @@ class Fsck:
                 if info is None:
                     continue  # renamed since it was listed: met under its new name, or confirmed missing below
                 checked += 1
+                if self.progress is not None:
+                    self.progress(1)
                 seen[marker.job_id].append(marker)
                 bad = marker_file_problem(info)
                 if bad is not None:
@@ -189,14 +198,11 @@ class Fsck:
         """Whether any manager heartbeat younger than its lease could own this job."""
         now = self.handle.ports.clock.now()
         for entry in self.fs.scandir(self.handle.layout.managers):
-            try:
-                beat = codec.decode_object(self.fs.read_bytes(f"{entry.path}/heartbeat.json"), "heartbeat.json")
-            except (FileNotFoundError, codec.DocumentError):
+            beat = read_beat(self.fs, self.handle.layout, entry.name)
+            if beat is None or beat.stopped:
                 continue
-            if beat.get("stopped"):
-                continue
-            lease = float(beat.get("lease_seconds") or self.handle.policy["lease_seconds"])
-            if now - float(beat.get("time", 0)) <= lease:
+            lease = beat.lease_seconds or float(self.handle.policy["lease_seconds"])
+            if now - beat.time <= lease:
                 return True
         return False
 

@@ -10,6 +10,7 @@ ordinary outcome, not an error. Spec: 000 "Freeing disk on a quota'd filesystem"
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..domain.lifecycle import TERMINAL_KINDS, StateKind
@@ -25,8 +26,12 @@ DAY = 86400.0
 class GarbageCollector:
     """One collection pass over one workspace."""
 
-    def __init__(self, handle: WorkspaceHandle, *, dry_run: bool = False) -> None:
+    def __init__(
+        self, handle: WorkspaceHandle, *, dry_run: bool = False, progress: Callable[[int], None] | None = None
+    ) -> None:
         self.handle = handle
+        #: Told of each marker walked and each journal segment judged (the CLI's progress line).
+        self.progress = progress
         self.fs = handle.fs
         self.layout = handle.layout
         self.dry_run = dry_run
@@ -67,6 +72,8 @@ class GarbageCollector:
         terminal: set[str] = set()
         for kind in StateKind:
             for marker in self.handle.store.iter_markers(kind):
+                if self.progress is not None:
+                    self.progress(1)
                 if kind in TERMINAL_KINDS:
                     terminal.add(marker.job_id)
                 if marker.ref != INIT_REF:
@@ -102,6 +109,8 @@ class GarbageCollector:
             segments = list(self.fs.scandir(writer.path))
             kept = 0
             for segment in segments:
+                if self.progress is not None:
+                    self.progress(1)
                 try:
                     number = int(segment.name.split(".")[0])
                 except ValueError:

@@ -4,7 +4,9 @@ For every submitted or ready job it checks that the runner reference resolves
 by the manager's own rule (:func:`.runners.resolve_runner`, including the safety
 property of payload runners) and, where pinned, that the stored bytes still have
 the pinned digest, and measures the job against the workspace's live managers.
-An installed runner with no search path to look in is ``indeterminate``, not a
+A language job whose engine modules are absent here names the pip extra to
+install: a failure only when no live manager serves its executor, else
+``indeterminate``. An installed runner with no search path to look in is ``indeterminate``, not a
 failure. The report is advisory: the authoritative gate is at attempt start.
 Spec: 000 "Readiness and transfer environment advisories".
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 from ..domain.lifecycle import StateKind
 from ..domain.scheduling import Requirements, mismatches
+from ..languages import LANGUAGE, LANGUAGES, missing_modules, realization_of
 from ..store.runners import RunnerUnavailable, digest_mismatch, resolve_runner
 from ..store.store import JobDamage
 from ..store.workspaces import WorkspaceHandle
@@ -42,6 +45,32 @@ def _runner_finding(
     if mismatch is not None:
         return {"status": "broken", "message": f"{mismatch.message} at {candidate} (runner_mismatch at attempt start)"}
     return {"status": "ok", "message": f"{source} runner {path!r} resolves to {candidate}"}
+
+
+def _engine_finding(spec: Any, live: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """For a language job: whether its engine modules are installed here, else which pip extra brings them.
+
+    The extras belong on the machine that runs the job, so a missing engine fails the
+    report only when no live manager serves the job's executor; when one does, that
+    manager's machine may well have it, and the finding is ``indeterminate``.
+    """
+    realization = realization_of(spec.runner_source, spec.runner_path)
+    if realization.kind != LANGUAGE or realization.language is None:
+        return None
+    language = LANGUAGES[realization.language]
+    missing = missing_modules(language)
+    if not missing:
+        return {"check": "engine", "status": "ok",
+                "message": f"language job ({language.name}): its engine modules are installed here"}
+    what = (f"language job ({language.name}): its engine modules ({', '.join(missing)}) are not installed here; "
+            f"install them where the job runs: {language.install_hint}")
+    serving = [manager["manager_id"] for manager in live if spec.executor in (manager.get("executors") or ())]
+    if serving:
+        return {"check": "engine", "status": "indeterminate",
+                "message": f"{what} (live manager {', '.join(serving)} serves executor {spec.executor} and may "
+                           "have them)"}
+    return {"check": "engine", "status": "broken",
+            "message": f"{what}; no live manager serves executor {spec.executor}"}
 
 
 def _not_startable(fs: Any, path: str) -> str | None:
@@ -86,6 +115,10 @@ def precheck(handle: WorkspaceHandle, *, uid: int, search_paths: Sequence[str] =
             runner = {"check": "runner", **_runner_finding(handle, payload, spec, search_paths, uid)}
             findings = [runner]
             failed |= runner["status"] == "broken"
+            engine = _engine_finding(spec, live)
+            if engine is not None:
+                findings.append(engine)
+                failed |= engine["status"] == "broken"
             if live:
                 requirements = Requirements(pool=spec.pool, capabilities=frozenset(spec.capabilities),
                                             executor=spec.executor, placement=marker.placement)

@@ -2,17 +2,20 @@
 
 A remote is one document ``<config>/httk-workflow/remotes/<name>.json``
 (``{"format": "httk-workflow-remote", "format_version": 1, "name", "template",
-"settings"}``) holding only the settings the operator chose; its template,
-``adapters/<template>/remote.json`` in the package, names the transport and the
-batch system and declares every allowed setting with its type and default. A
-setting is validated when it is written and again when it is read, so a remote
-never reaches a transport with a key or value its template does not allow.
+"settings"}``) holding only the settings the operator chose. Its template is not
+a file: every (transport × batch system) the :class:`AdapterCatalog` knows is one,
+named ``TRANSPORT-BATCH`` (``ssh-slurm``, ``local-pbs``; ``local`` alone when
+both are ``local``), with the settings every remote has and the ones its
+transport declares, each with its type and default. A plug-in's batch system
+therefore gets its templates by being installed. A setting is validated when it
+is written and again when it is read, so a remote never reaches a transport with
+a key or value its template does not allow.
 
 ``split_reference`` decides from the text alone whether a workspace argument is
 ``REMOTE:PATH``: no file is consulted, so a remote reference is recognized before
 anything touches the local filesystem (a local path with a colon is spelled
-``./a:b``). Everything here goes through the Filesystem port. Spec: 000
-"Running on a remote", "Initialize a workspace".
+``./a:b``). Everything here goes through the Filesystem port and the catalog.
+Spec: 000 "Running on a remote", "Initialize a workspace".
 """
 
 from __future__ import annotations
@@ -20,16 +23,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from .. import codec
-from ..ports import Filesystem
+from ..ports import BatchSystem, Filesystem, RemoteTransport
 
 REMOTE_FORMAT = "httk-workflow-remote"
 TEMPLATE_FORMAT = "httk-workflow-remote-template"
-TRANSPORTS = ("local", "ssh")
 TYPES = ("string", "integer", "number", "boolean")
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}")
 _REFERENCE = re.compile(r"([a-z0-9][a-z0-9._-]{0,47}):(.*)", re.DOTALL)
@@ -111,20 +113,55 @@ def _a(noun: str) -> str:
     return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
 
 
+class AdapterCatalog(Protocol):
+    """The installed transports and batch systems (entry points), each class loaded when named.
+
+    A batch-system class has ``name``, ``description``, ``commands`` and is built as
+    ``cls(transport, timeout=...)``; a transport class has ``description``,
+    ``settings`` (this module's setting schema) and ``from_settings(settings)``.
+    """
+
+    def batch_system_names(self) -> list[str]: ...
+
+    def transport_names(self) -> list[str]: ...
+
+    def batch_system(self, name: str) -> Any: ...
+
+    def transport(self, name: str) -> Any: ...
+
+
+def template_name(transport: str, batch: str) -> str:
+    """``TRANSPORT-BATCH``, or the one word when both are the same (``local``)."""
+    return transport if transport == batch else f"{transport}-{batch}"
+
+
+def common_settings(commands: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The settings of every template, as SettingSpec documents; ``commands`` are the batch system's."""
+    return {
+        "httk_command": {"type": "string", "default": "httk", "description": (
+            "The httk command on the target, split like a shell would (default: httk on the PATH of a remote "
+            "command there, else ~/.local/bin/httk as pipx installs it).")},
+        "workspace_root": {"type": "string", "default": "", "description": (
+            "Where workspaces go on the target; 'remote check' tests that it is writable ('' = the login "
+            "directory).")},
+        "check_connectivity": {"type": "boolean", "default": True, "description": (
+            "Whether 'remote check' reaches the target and runs the adapter there (no: validate the "
+            "configuration only).")},
+        "command_timeout": {"type": "number", "default": 300, "minimum": 1,
+                            "description": f"Seconds one remote command (httk, {', '.join(commands)}) may take."},
+    }
+
+
 @attrs.frozen
 class Template:
-    """A packaged remote template: transport, batch system, allowed settings and the adapter script."""
+    """A remote template: transport, batch system, allowed settings, the commands ``remote check`` looks for."""
 
     name: str
     description: str
     transport: str
     batch: str
     specs: Mapping[str, SettingSpec]
-    directory: str
-
-    @property
-    def adapter_path(self) -> str:
-        return f"{self.directory}/adapter"
+    commands: tuple[str, ...] = ()
 
     def defaults(self) -> dict[str, Any]:
         return {name: spec.default for name, spec in self.specs.items() if spec.default is not None}
@@ -169,29 +206,53 @@ class Remote:
 
 
 class RemoteRegistry:
-    """This user's remotes, one JSON document each, and the packaged templates."""
+    """This user's remotes, one JSON document each, and the templates the catalog makes."""
 
-    def __init__(self, fs: Filesystem, directory: str, templates_root: str) -> None:
+    def __init__(self, fs: Filesystem, directory: str, catalog: AdapterCatalog, adapter_program: str) -> None:
         self.fs = fs
         self.directory = directory
-        self.templates_root = templates_root
+        self.catalog = catalog
+        #: The generic adapter program ``remote check`` runs on the target (top-level ``adapters/adapter``).
+        self.adapter_program = adapter_program
 
     # -- templates ------------------------------------------------------------------------------
     def template_names(self) -> list[str]:
-        return sorted(
-            entry.name for entry in self.fs.scandir(self.templates_root)
-            if self.fs.exists(f"{entry.path}/remote.json")
-        )
+        transports, batches = self.catalog.transport_names(), self.catalog.batch_system_names()
+        return sorted(template_name(transport, batch) for transport in transports for batch in batches)
 
     def template(self, name: str) -> Template:
-        path = f"{self.templates_root}/{name}/remote.json"
-        if not _NAME.fullmatch(name) or not self.fs.exists(path):
-            raise RemoteError(f"no remote template {name!r}; templates: {', '.join(self.template_names())}")
-        return parse_template(codec.decode_object(self.fs.read_bytes(path), path), path)
+        """The template ``name``: its transport and batch system loaded, its settings checked."""
+        batches = self.catalog.batch_system_names()
+        for transport in self.catalog.transport_names():
+            for batch in batches:
+                # Only the canonical spelling names a template: 'local-local' is 'local'.
+                if template_name(transport, batch) == name:
+                    return self._make(name, transport, batch)
+        raise RemoteError(f"no remote template {name!r}; templates: {', '.join(self.template_names())}")
 
     def adapter_script(self, template: Template) -> str:
-        """The text of the template's ``adapter`` script (sent to the target on stdin)."""
-        return self.fs.read_bytes(template.adapter_path).decode("utf-8")
+        """The text of the generic adapter program (sent to the target on stdin)."""
+        return self.fs.read_bytes(self.adapter_program).decode("utf-8")
+
+    def adapters(self, remote: Remote) -> tuple[RemoteTransport, BatchSystem]:
+        """The transport and batch system of a configured remote (not connected yet: that happens on first use)."""
+        remote.require_complete()
+        settings = remote.settings
+        transport = self.catalog.transport(remote.template.transport).from_settings(settings)
+        batch_class = self.catalog.batch_system(remote.template.batch)
+        return transport, batch_class(transport, timeout=float(settings.get("command_timeout", 300)))
+
+    def _make(self, name: str, transport_name: str, batch_name: str) -> Template:
+        transport = self.catalog.transport(transport_name)
+        batch = self.catalog.batch_system(batch_name)
+        commands = tuple(batch.commands)
+        document = {
+            "format": TEMPLATE_FORMAT, "format_version": 1, "name": name,
+            "description": f"{transport.description}; {batch.description}.",
+            "transport": transport_name, "batch": batch_name,
+            "settings": {**common_settings(commands), **transport.settings},
+        }
+        return attrs.evolve(parse_template(document, f"template {name}"), commands=commands)
 
     # -- remotes --------------------------------------------------------------------------------
     def path(self, name: str) -> str:
@@ -254,7 +315,12 @@ class RemoteRegistry:
         settings = document.get("settings")
         if not isinstance(settings, dict):
             raise codec.DocumentError(path, "$.settings", "expected an object")
-        template = self.template(str(document.get("template")))
+        try:
+            template = self.template(str(document.get("template")))
+        except RemoteError as error:
+            # A plug-in uninstalled since: say which remote needs it.
+            raise RemoteError(f"remote {name}: {error}; reinstall the batch system or transport it names, "
+                              f"or 'httk workflow remote remove {name}'") from None
         try:
             chosen = {key: template.spec(key).check(value) for key, value in settings.items()}
         except RemoteError as error:
@@ -262,17 +328,16 @@ class RemoteRegistry:
         return Remote(name, template, chosen)
 
 
-def parse_template(document: dict[str, Any], path: str) -> Template:
-    """A ``remote.json`` template, every member checked."""
+def parse_template(document: Mapping[str, Any], path: str) -> Template:
+    """A template document, every member checked (a plug-in transport's settings schema included)."""
     if document.get("format") != TEMPLATE_FORMAT or document.get("format_version") != 1:
         raise codec.DocumentError(path, "$.format", f"expected {TEMPLATE_FORMAT} version 1")
     for key in document:
         if key not in {"format", "format_version", "name", "description", "transport", "batch", "settings"}:
             raise codec.DocumentError(path, f"$.{key}", "unknown member")
-    if document.get("transport") not in TRANSPORTS:
-        raise codec.DocumentError(path, "$.transport", f"expected one of {', '.join(TRANSPORTS)}")
-    if not isinstance(document.get("batch"), str) or not isinstance(document.get("name"), str):
-        raise codec.DocumentError(path, "$.batch", "name and batch must be strings")
+    for member in ("name", "transport", "batch"):
+        if not isinstance(document.get(member), str):
+            raise codec.DocumentError(path, f"$.{member}", "expected a string")
     raw = document.get("settings")
     if not isinstance(raw, dict):
         raise codec.DocumentError(path, "$.settings", "expected an object")
@@ -290,4 +355,4 @@ def parse_template(document: dict[str, Any], path: str) -> Template:
                 raise codec.DocumentError(path, f"{member}.default", str(error)) from None
         specs[key] = spec
     return Template(document["name"], str(document.get("description", "")), document["transport"],
-                    document["batch"], specs, path.rsplit("/", 1)[0])
+                    document["batch"], specs)

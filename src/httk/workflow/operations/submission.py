@@ -58,6 +58,24 @@ class Submitted:
     warning: str | None = None
 
 
+@attrs.frozen
+class Planned:
+    """One submission checked against the workspace (:func:`plan_submission`); nothing is written yet."""
+
+    source: str
+    placement: str
+    key: JobKey
+    spec: JobSpec
+    destination: str
+    #: Where a copy is staged before it is renamed into place.
+    staging: str
+    warning: str | None
+
+    @property
+    def reservation(self) -> Reservation:
+        return Reservation(self.key.job_id, str(self.key), self.placement)
+
+
 def submit(
     workspace: WorkspaceHandle,
     payload: str,
@@ -73,6 +91,57 @@ def submit(
     Raises :class:`SubmissionError` (nothing written) for anything that cannot be
     submitted; ``allow_missing_runner`` accepts a pinned workspace runner the
     store lacks, with a warning in the result.
+    """
+    fs = workspace.fs
+    planned = plan_submission(
+        workspace, payload, placement, move=move, tag=tag, job_id=job_id, allow_missing_runner=allow_missing_runner
+    )
+    source, placement, key, destination, staging = (
+        planned.source, planned.placement, planned.key, planned.destination, planned.staging)
+    # The directories this submission creates, so that a failed write can take them back.
+    marker_dir = f"{workspace.layout.kind_dir(StateKind.SUBMITTED)}/{placement}"
+    reservation = planned.reservation
+    reservation_path = workspace.layout.id_reservation(key.job_id)
+    created = (missing_ancestors(fs, destination) + missing_ancestors(fs, f"{marker_dir}/{key}")
+               + missing_ancestors(fs, reservation_path))
+    durable = workspace.durable
+    placed = reserved = False
+    try:
+        # The id first: from here on no other job, at any placement, can take it.
+        reserved = reserve_job_id(fs, workspace.layout, reservation, durable=durable)
+        if move:
+            fs.rename(source, destination, durable=durable)
+        else:
+            fs.rmtree(staging)
+            fs.copy_tree(source, staging, durable=durable)
+            fs.rename(staging, destination, durable=durable)
+        placed = True
+        marker = workspace.store.create_submitted(placement, key, planned.spec.priority)
+    except JobIdTaken as taken:  # another submission reserved the id since the check
+        _undo(fs, source, destination, staging, created, move=move, placed=placed)
+        raise SubmissionError(id_refusal(placement, taken)) from None
+    except OSError as error:
+        release = (lambda: release_job_id(fs, workspace.layout, reservation)) if reserved else None
+        _undo(fs, source, destination, staging, created, move=move, placed=placed, release=release)
+        raise SubmissionError(write_refusal(error, source, placement, workspace.root, move=move)) from None
+    return Submitted(marker, destination, planned.spec, planned.warning)
+
+
+def plan_submission(
+    workspace: WorkspaceHandle,
+    payload: str,
+    placement: str,
+    *,
+    move: bool = False,
+    tag: str | None = None,
+    job_id: str | None = None,
+    allow_missing_runner: bool = False,
+    runner_check: Callable[[JobSpec], str | None] | None = None,
+) -> Planned:
+    """Everything that can be known before the first write, checked; :class:`SubmissionError` if refused.
+
+    Reads only. ``runner_check`` replaces :func:`check_runner` (a batch checks each
+    pinned runner once).
     """
     fs = workspace.fs
     source = posixpath.normpath(payload)
@@ -102,39 +171,16 @@ def submit(
     destination = workspace.layout.payload(placement, str(key))
     if fs.exists(destination):
         raise SubmissionError(f"{destination}: already exists")
-    reservation = Reservation(key.job_id, str(key), placement)
-    check_id(workspace, reservation)
+    check_id(workspace, Reservation(key.job_id, str(key), placement))
     staging = f"{workspace.layout.tmp}/submit-{key.job_id}"
     check_path_lengths(job_paths(workspace, source, placement, key, staging=None if move else staging), placement)
     if move:
         _check_same_filesystem(fs, source, destination, workspace.root)
-    warning = check_runner(workspace, spec, allow_missing=allow_missing_runner)
-    # The directories this submission creates, so that a failed write can take them back.
-    marker_dir = f"{workspace.layout.kind_dir(StateKind.SUBMITTED)}/{placement}"
-    reservation_path = workspace.layout.id_reservation(key.job_id)
-    created = (missing_ancestors(fs, destination) + missing_ancestors(fs, f"{marker_dir}/{key}")
-               + missing_ancestors(fs, reservation_path))
-    durable = workspace.durable
-    placed = reserved = False
-    try:
-        # The id first: from here on no other job, at any placement, can take it.
-        reserved = reserve_job_id(fs, workspace.layout, reservation, durable=durable)
-        if move:
-            fs.rename(source, destination, durable=durable)
-        else:
-            fs.rmtree(staging)
-            fs.copy_tree(source, staging, durable=durable)
-            fs.rename(staging, destination, durable=durable)
-        placed = True
-        marker = workspace.store.create_submitted(placement, key, spec.priority)
-    except JobIdTaken as taken:  # another submission reserved the id since the check
-        _undo(fs, source, destination, staging, created, move=move, placed=placed)
-        raise SubmissionError(_id_refusal(placement, taken)) from None
-    except OSError as error:
-        release = (lambda: release_job_id(fs, workspace.layout, reservation)) if reserved else None
-        _undo(fs, source, destination, staging, created, move=move, placed=placed, release=release)
-        raise SubmissionError(_write_refusal(error, source, placement, workspace.root, move=move)) from None
-    return Submitted(marker, destination, spec, warning)
+    if runner_check is None:
+        warning = check_runner(workspace, spec, allow_missing=allow_missing_runner)
+    else:
+        warning = runner_check(spec)
+    return Planned(source, placement, key, spec, destination, staging, warning)
 
 
 def check_id(workspace: WorkspaceHandle, reservation: Reservation) -> None:
@@ -144,7 +190,7 @@ def check_id(workspace: WorkspaceHandle, reservation: Reservation) -> None:
     try:
         check_job_id(fs, layout, reservation)
     except JobIdTaken as taken:
-        raise SubmissionError(_id_refusal(reservation.placement, taken)) from None
+        raise SubmissionError(id_refusal(reservation.placement, taken)) from None
     trace = job_id_traces(fs, layout, reservation.job_id)
     if trace is not None:
         raise SubmissionError(
@@ -153,7 +199,7 @@ def check_id(workspace: WorkspaceHandle, reservation: Reservation) -> None:
         )
 
 
-def _id_refusal(placement: str, taken: JobIdTaken) -> str:
+def id_refusal(placement: str, taken: JobIdTaken) -> str:
     return f"cannot submit at placement {placement!r}: {taken}; {_FRESH_ID}"
 
 
@@ -199,7 +245,8 @@ def _payload_files(fs: Filesystem, source: str) -> Iterator[str]:
 
 
 def _size(text: str) -> int:
-    return len(text.encode("utf-8", "surrogateescape"))
+    """Bytes of ``text`` in the filesystem's encoding (ASCII, the common case, without encoding it)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogateescape"))
 
 
 def check_path_lengths(paths: Iterator[tuple[str, bool]], placement: str) -> None:
@@ -336,7 +383,7 @@ def _undo(
             pass  # not empty: another submission placed a job there meanwhile
 
 
-def _write_refusal(error: OSError, source: str, placement: str, root: str, *, move: bool) -> str:
+def write_refusal(error: OSError, source: str, placement: str, root: str, *, move: bool) -> str:
     if move and error.errno == errno.EXDEV:
         # Two mounts of one filesystem share a device number and still refuse a rename between them.
         return _cross_device(source, root)

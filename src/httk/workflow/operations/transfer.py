@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import codec
 from ..domain.lifecycle import OWNED_KINDS, TERMINAL_KINDS, TRANSFERABLE_KINDS, Event, StateKind
-from ..domain.model import JobKey, ValidationError, check_placement
+from ..domain.model import ValidationError, check_placement
 from ..domain.scheduling import placement_matches
 from ..protocol import PRIVATE_DIR, JobSpec
 from ..store import transfer_bundle as bundles
@@ -45,22 +45,6 @@ def transfer_note(notes: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The ``transfer`` member a detach or import frame records in its notes."""
     note = (notes or {}).get("transfer")
     return note if isinstance(note, dict) else None
-
-
-def join_children(join: Mapping[str, Any] | None) -> list[str]:
-    """The job ids a join waits on, whichever shape the frame recorded."""
-    out = []
-    for item in (join or {}).get("children") or []:
-        job_id = item.get("job_id") if isinstance(item, dict) else None
-        key = item.get("job_key") if isinstance(item, dict) else item[1] if isinstance(item, list) else None
-        if job_id is None and isinstance(key, str):
-            try:
-                job_id = JobKey.parse(key).job_id
-            except ValidationError:
-                job_id = None
-        if isinstance(job_id, str):
-            out.append(job_id)
-    return out
 
 
 def _plural(count: int, noun: str) -> str:
@@ -187,8 +171,8 @@ class SourceSide(TransferSide):
             )
         if marker.kind in OWNED_KINDS or marker.kind not in TRANSFERABLE_KINDS:
             frame = self._frame(marker)
-            owner = frame.owner or {}
-            who = f"manager {owner.get('manager_id', '?')} on {owner.get('host', '?')}"
+            owner = frame.owner
+            who = f"manager {owner.manager_id} on {owner.host}" if owner is not None else "manager ? on ?"
             raise TransferError(
                 f"job {key} is {marker.kind.value} under {who}: a job a manager owns cannot be transferred; wait "
                 f"until it stops, or pause it first ('httk workflow job request {self.label} {key} pause --operator "
@@ -213,8 +197,8 @@ class SourceSide(TransferSide):
             "inputs": sorted(spec.inputs),
             "settings": self._declared_settings(marker, spec),
             # A join still open (waiting, or paused while waiting) needs its children where the job goes.
-            "children": join_children(frame.join) if marker.kind in (StateKind.WAITING, StateKind.PAUSED)
-            and frame.join and not frame.join.get("resolved") else [],
+            "children": [child.job_id for child in frame.join.children]
+            if marker.kind in (StateKind.WAITING, StateKind.PAUSED) and frame.join and not frame.join.resolved else [],
             "parent": (parent := self._parent(marker)) and parent.get("job_id"),
             "parent_record": parent,
         }

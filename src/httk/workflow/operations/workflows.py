@@ -334,8 +334,7 @@ def describe(
         raise WorkflowError(f"workflow {workflow.name!r}: {workflow.location} has no {', '.join(ENTRY_POINTS)}")
     scratch = f"{handle.layout.tmp}/describe-{handle.ports.ids.new_hex(12)}"
     env = {key: value for key, value in launch.base_env.items() if not key.startswith("HTTK_WORKFLOW_")}
-    env.update({"HTTK_WORKFLOW_DESCRIBE": "1", "HTTK_WORKFLOW_SHELL_LIB": launch.shell_lib,
-                "HTTK_WORKFLOW_PYTHON": launch.python})
+    env.update({"HTTK_WORKFLOW_DESCRIBE": "1", **launch.library_env()})
     fs.makedirs(scratch)
     try:
         child = process.launch(command_for(entry, launch.python), cwd=scratch, env=env,

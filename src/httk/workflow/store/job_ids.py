@@ -22,7 +22,8 @@ Spec: docs/workflow_filesystem_api.md "Job ids".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import posixpath
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -150,6 +151,62 @@ def reserve_job_id(fs: Filesystem, layout: Layout, wanted: Reservation, *, durab
             continue  # another creation won the name between the check and the write: whose is it?
         return True
     raise JobIdTaken(wanted.job_id, path, None, "the name exists but does not read back")
+
+
+def reserve_job_ids(
+    fs: Filesystem, layout: Layout, wanted: Sequence[Reservation], *, durable: bool,
+    reserved: Callable[[Reservation], None] | None = None,
+) -> None:
+    """Reserve many fresh ids as one group commit; the names and bytes :func:`reserve_job_id` makes.
+
+    Durable: every reservation is written to a hidden temp sibling, the temps are synced
+    together, each is renamed (never replacing) onto its name, and each bucket directory
+    is synced once. So a name, once it exists, has its whole content, as with one
+    reservation. Each id must be free (checked by the caller); one taken since raises
+    :class:`JobIdTaken` after the earlier ones were made, each reported to ``reserved``
+    as it is made so the caller can release them.
+    """
+    if not durable:
+        for reservation in wanted:
+            data = codec.encode(reservation.to_json())
+            _create(fs, layout, reservation, lambda path, data=data: fs.write_new(path, data, durable=False))
+            if reserved is not None:
+                reserved(reservation)
+        return
+    temps = [_temp(layout, reservation) for reservation in wanted]
+    try:
+        for reservation, temp in zip(wanted, temps, strict=True):
+            fs.write_atomic(temp, codec.encode(reservation.to_json()), durable=False)
+        fs.sync_trees(temps)
+        for reservation, temp in zip(wanted, temps, strict=True):
+            _create(fs, layout, reservation, lambda path, temp=temp: fs.rename(temp, path, durable=False))
+            if reserved is not None:
+                reserved(reservation)
+    except Exception:
+        for temp in temps:
+            if fs.lstat(temp) is not None:  # written but not renamed: the batch stopped before it
+                fs.remove(temp)
+        raise
+    fs.fsync_dirs(sorted({posixpath.dirname(layout.id_reservation(reservation.job_id)) for reservation in wanted}))
+
+
+def _temp(layout: Layout, reservation: Reservation) -> str:
+    path = layout.id_reservation(reservation.job_id)
+    return f"{posixpath.dirname(path)}/.{reservation.job_id}.bulk"
+
+
+def _create(fs: Filesystem, layout: Layout, reservation: Reservation, publish: Callable[[str], None]) -> None:
+    """``publish(path)`` of one reservation; :class:`JobIdTaken` when the name exists (made since the check)."""
+    path = layout.id_reservation(reservation.job_id)
+    try:
+        publish(path)
+    except FileExistsError:
+        held = None
+        try:
+            held = read_reservation(fs, layout, reservation.job_id)
+        except JobIdTaken:
+            pass
+        raise JobIdTaken(reservation.job_id, path, held, "created while the batch was written") from None
 
 
 def release_job_id(fs: Filesystem, layout: Layout, wanted: Reservation) -> None:

@@ -143,13 +143,18 @@ def _value_problem(value: Any) -> str | None:
 
 
 def check_engine_setting(name: str, value: Any) -> None:
-    """Refuse a value of a setting the engine reads itself (``manager.workers``) that it could not use.
+    """Refuse a value of a setting with a rule (``manager.workers``, ``vasp.magnetic_moments``) that its
+    reader could not use.
 
     ``null`` is accepted: it reads as unset.
     """
-    if name == engine_settings.WORKERS_SETTING and value is not None:
+    rules = {
+        engine_settings.WORKERS_SETTING: engine_settings.check_workers,
+        engine_settings.MAGNETIC_MOMENTS_SETTING: engine_settings.check_magnetic_moments,
+    }
+    if name in rules and value is not None:
         try:
-            engine_settings.check_workers(value)
+            rules[name](value)
         except ValidationError as error:
             raise PolicyError(str(error)) from None
 

@@ -10,6 +10,7 @@ decided by the domain's transition table. Spec: 000 "Workspace policy",
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -92,6 +93,27 @@ class Store:
         # create_empty makes missing placement directories itself, durably when asked.
         self.fs.create_empty(self.marker_path(marker), durable=self.config.durable)
         return marker
+
+    def create_submitted_many(
+        self, jobs: Sequence[tuple[str, JobKey, int]], created: Callable[[Marker], None] | None = None
+    ) -> list[Marker]:
+        """Publish the generation-0 markers of many payloads already in place: ``(placement, key, priority)`` each.
+
+        The same names :meth:`create_submitted` makes, as one group commit: every marker
+        is created, then each marker directory is synced once (when durable). Each marker
+        is whole or absent after a crash; ``created`` is told of each one as it is made,
+        so a caller that meets an error knows which exist.
+        """
+        markers = []
+        for placement, key, priority in jobs:
+            marker = Marker(StateKind.SUBMITTED, placement, key, priority, 0, INIT_REF)
+            self.fs.create_empty(self.marker_path(marker), durable=False)
+            markers.append(marker)
+            if created is not None:
+                created(marker)
+        if self.config.durable:
+            self.fs.fsync_dirs(sorted({posixpath.dirname(self.marker_path(marker)) for marker in markers}))
+        return markers
 
     # -- reading -----------------------------------------------------------------------------
     def read_spec(self, marker: Marker) -> JobSpec:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import attrs
 
@@ -21,12 +21,32 @@ from . import policy as policy_rules
 from .layout import Layout
 from .store import Store, StoreConfig
 
-WORKSPACE_FORMAT = "httk-workflow-workspace"
 REQUEST_DIRS = ("tmp", "ready", "claimed", "applied", "retired", "quarantine")
 
 
 class WorkspaceError(Exception):
     """A workspace that cannot be created or attached; the message names the path and the fix."""
+
+
+def _json_boolean(value: Any) -> None:
+    # Read as given, a string "false" would be truthy and make a throwaway workspace durable (or
+    # the reverse): refuse anything but a JSON boolean rather than guess.
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {codec.type_name(value)} {codec.dumps(value)[:40]}; "
+                         "write it as a JSON boolean")
+
+
+@attrs.frozen
+class WorkspaceDocument:
+    """``.httk-workflow/format.json`` (``httk-workflow-workspace`` v1); its policy is checked by :mod:`.policy`."""
+
+    FORMAT: ClassVar[codec.Format] = codec.Format("httk-workflow-workspace", 1)
+
+    workspace_id: str
+    name: str | None = None
+    durable: Annotated[Any, _json_boolean] = True
+    created_at: float | None = None
+    policy: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -142,15 +162,13 @@ class WorkspaceService:
         info = fs.lstat(layout.root)
         if info is not None and not info.is_dir:
             raise WorkspaceError(f"{layout.root}: exists and is not a directory; choose another path")
-        document = {
-            "format": WORKSPACE_FORMAT,
-            "format_version": 1,
-            "workspace_id": self.ports.ids.new_id(),
-            "name": name or posixpath.basename(layout.root),
-            "durable": durable,
-            "created_at": self.ports.clock.now(),
-            "policy": policy_rules.validate_policy({}),
-        }
+        document = codec.unstructure(WorkspaceDocument(
+            workspace_id=self.ports.ids.new_id(),
+            name=name or posixpath.basename(layout.root),
+            durable=durable,
+            created_at=self.ports.clock.now(),
+            policy=policy_rules.validate_policy({}),
+        ))
         for kind in StateKind:
             fs.makedirs(layout.kind_dir(kind))
         for directory in (layout.journal, layout.runners, layout.attempts, layout.managers, layout.tmp):
@@ -181,20 +199,12 @@ class WorkspaceService:
             # A directory, FIFO, symlink or oversized file is refused unread: opening one never blocks.
             raise WorkspaceError(f"{unreadable(layout.format_file, error)}; restore it as a regular file") from None
         document = codec.decode_object(data, layout.format_file)
-        if document.get("format") != WORKSPACE_FORMAT or document.get("format_version") != 1:
-            raise WorkspaceError(f"{layout.format_file} @ $.format: not an {WORKSPACE_FORMAT} version 1 document")
         try:
-            document["policy"] = policy_rules.validate_policy(document.get("policy", {}))
+            record = codec.structure(document, WorkspaceDocument, layout.format_file)
+        except codec.DocumentError as error:
+            raise WorkspaceError(str(error)) from None
+        try:
+            document["policy"] = policy_rules.validate_policy(record.policy or {})
         except policy_rules.PolicyError as error:
             raise WorkspaceError(f"{layout.format_file}: {error}") from None
-        if not isinstance(document.get("workspace_id"), str):
-            raise WorkspaceError(f"{layout.format_file} @ $.workspace_id: expected string")
-        # Read as given, a string "false" would be truthy and make a throwaway workspace durable (or
-        # the reverse): refuse anything but a JSON boolean rather than guess.
-        if not isinstance(document.get("durable", True), bool):
-            given = document["durable"]
-            raise WorkspaceError(
-                f"{layout.format_file} @ $.durable: expected true or false, got {codec.type_name(given)} "
-                f"{codec.dumps(given)[:40]}; write it as a JSON boolean"
-            )
         return WorkspaceHandle(self.ports, layout, document)

@@ -12,6 +12,9 @@ With :class:`FakeProcessControl` a whole manager runs in memory:
 :func:`memory_manager` builds a manager on it whose runners are behaviours, and
 :func:`scripted_runner` is a behaviour that publishes the outcome tree a script
 returns for each launch (:func:`outcome_document` builds ``outcome.json``).
+:func:`memory_container` is the production container configured for memory.
+:class:`ReplayTransport` answers commands from recorded output (and
+:class:`RecordingTransport` records it) for the batch-system contract suite.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .manager import (
     LAUNCH_SETTINGS,
     MEMORY_ROOT,
     MemoryWorkspace,
+    memory_container,
     memory_manager,
     memory_workspace,
     outcome_document,
@@ -31,8 +35,13 @@ from .manager import (
 )
 from .memory_fs import InMemoryFilesystem, SimulatedCrash, SimulatedHang
 from .process import FakeProcess, FakeProcessControl, Launch
+from .replay import Exchange, RecordingTransport, ReplayMismatch, ReplayTransport
 
 __all__ = [
+    "Exchange",
+    "RecordingTransport",
+    "ReplayMismatch",
+    "ReplayTransport",
     "LAUNCH_SETTINGS",
     "MEMORY_ROOT",
     "FakeClock",
@@ -45,6 +54,7 @@ __all__ = [
     "SequentialIds",
     "SimulatedCrash",
     "SimulatedHang",
+    "memory_container",
     "memory_manager",
     "memory_ports",
     "memory_workspace",

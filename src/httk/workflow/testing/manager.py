@@ -17,7 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from dependency_injector import providers
+
 from .. import codec
+from ..attempt_records import OutcomeDocument
+from ..bootstrap import Container, new_manager
 from ..engine.attempts import LaunchSettings
 from ..engine.manager import Manager, ManagerConfig
 from ..operations.submission import submit
@@ -25,6 +29,7 @@ from ..protocol import JobSpec
 from ..store.markers import Marker
 from ..store.workspaces import Ports, WorkspaceHandle, WorkspaceService
 from .clock import FakeClock
+from .ids import SequentialIds
 from .memory_fs import InMemoryFilesystem
 from .process import Behaviour, FakeProcessControl, Launch
 
@@ -72,7 +77,8 @@ def memory_workspace(
 
 def outcome_document(action: str = "succeed", **members: Any) -> dict[str, Any]:
     """An ``outcome.json`` document for ``action`` with extra ``members`` (``failure``, ``join`` …)."""
-    return {"format": "httk-workflow-outcome", "format_version": 1, "action": action, **members}
+    form = OutcomeDocument.FORMAT
+    return {"format": form.name, "format_version": form.version, "action": action, **members}
 
 
 def write_tree(fs: InMemoryFilesystem, base: str, tree: Tree) -> None:
@@ -125,7 +131,8 @@ def memory_manager(
     attempt succeeds) on a new :class:`FakeProcessControl` on ``host``; pass ``process``
     instead to share one process control (and its still-running fakes) between managers.
     The manager's ``proc`` is that process control; its banner and summary go to ``out``
-    (default: nowhere).
+    (default: nowhere). It is the production container's manager (its verifier and
+    ``gc_hook``) with the process control and launch settings overridden.
     """
     fs, clock = handle.fs, handle.ports.clock
     if process is None:
@@ -135,5 +142,20 @@ def memory_manager(
         process = FakeProcessControl(clock, behaviour, host=host, uid=fs.uid)
     elif runner is not None:
         raise ValueError("memory_manager: pass a runner or a process, not both")
-    return Manager(handle, process, LAUNCH_SETTINGS, ManagerConfig(**config), manager_id=manager_id,
-                   out=out or (lambda line: None))
+    container = Container()
+    with container.override_providers(process=providers.Object(process), launch=providers.Object(LAUNCH_SETTINGS)):
+        return new_manager(container, handle, ManagerConfig(**config), manager_id=manager_id,
+                           out=out or (lambda line: None))
+
+
+def memory_container() -> Container:
+    """The production container configured for memory: ``filesystem=memory``, ``clock=fake``, sequential ids.
+
+    The filesystem and the clock are what the container's selectors choose from that
+    configuration; the ids are overridden. Processes stay real: override ``process`` too
+    to run a manager on it.
+    """
+    container = Container()
+    container.config.from_dict({"filesystem": "memory", "clock": "fake"})
+    container.override_providers(ids=providers.Object(SequentialIds()))
+    return container

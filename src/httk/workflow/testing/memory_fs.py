@@ -17,7 +17,7 @@ import errno
 import functools
 import posixpath
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from httk.workflow.ports import DOCUMENT_LIMIT, Clock, DocumentTooLarge, Entry, FileStat, NotRegularFile
@@ -627,6 +627,16 @@ class InMemoryFilesystem:
     def fsync_dir(self, path: str) -> None:
         """Make the directory's current set of names durable."""
         self._fsync_dir_inode(self._directory(path))
+
+    def sync_trees(self, paths: Sequence[str]) -> None:
+        """``sync_tree`` of each path in order (one primitive each fsync, so a crash can fall between)."""
+        for path in paths:
+            self.sync_tree(path)
+
+    def fsync_dirs(self, paths: Sequence[str]) -> None:
+        """``fsync_dir`` of each directory in order."""
+        for path in paths:
+            self.fsync_dir(path)
 
     def sleep(self, seconds: float) -> None:
         """Advance the shared fake clock."""

@@ -2,19 +2,23 @@
 
 Standard library plus ``attrs`` only (no numpy). Submodules by concept:
 :mod:`.poscar`, :mod:`.incar`, :mod:`.kpoints`, :mod:`.potcar`,
-:mod:`.prepare`, :mod:`.run`, :mod:`.outputs`, :mod:`.remedies`.
+:mod:`.prepare`, :mod:`.run`, :mod:`.outputs`, :mod:`.vasprun`, :mod:`.remedies`.
 """
 
 from __future__ import annotations
 
 from .incar import (
     DEFAULT_MAGNETIC_MOMENT,
+    DEFAULT_MAGNETIC_MOMENT_TABLE,
+    MAGNETIC_MOMENT_TABLES,
     MAGNETIC_MOMENTS,
+    MATERIALS_PROJECT_MAGNETIC_MOMENTS,
     IncarError,
     bump_nbands,
     calculate_nbands,
     format_incar_value,
     format_magmom,
+    magnetic_moment_table,
     parse_incar,
     read_incar,
     suggested_magnetic_moments,
@@ -23,6 +27,8 @@ from .incar import (
 )
 from .kpoints import (
     DEFAULT_KPOINT_CENTERING,
+    DEFAULT_KPOINT_ROUNDING,
+    KPOINT_ROUNDINGS,
     KpointMesh,
     KpointsError,
     automatic_kpoint_grid,
@@ -81,13 +87,19 @@ from .run import (
     validate_vasp_workdir,
     vasp_command,
 )
+from .vasprun import Vasprun, VasprunError, VasprunStructure, read_vasprun
 
 __all__ = [
     "DEFAULT_KPOINT_CENTERING",
+    "DEFAULT_KPOINT_ROUNDING",
     "DEFAULT_MAGNETIC_MOMENT",
+    "DEFAULT_MAGNETIC_MOMENT_TABLE",
     "DEFAULT_POTCAR_PREFERENCE",
     "DEFAULT_REMEDY_POLICY",
+    "KPOINT_ROUNDINGS",
     "MAGNETIC_MOMENTS",
+    "MAGNETIC_MOMENT_TABLES",
+    "MATERIALS_PROJECT_MAGNETIC_MOMENTS",
     "MAX_WORKDIR_PATH",
     "REMEDY_RUNGS",
     "VASP_ERROR_PATTERNS",
@@ -110,6 +122,9 @@ __all__ = [
     "VaspResults",
     "VaspRunResult",
     "VaspWorkdirError",
+    "Vasprun",
+    "VasprunError",
+    "VasprunStructure",
     "apply_vasp_remedy",
     "assemble_potcar",
     "automatic_kpoint_grid",
@@ -124,6 +139,7 @@ __all__ = [
     "format_magmom",
     "get_remedy_policy",
     "job_remedy_history_path",
+    "magnetic_moment_table",
     "parse_incar",
     "plan_vasp_remedy",
     "prepare_vasp_inputs",
@@ -134,6 +150,7 @@ __all__ = [
     "read_potcar_bytes",
     "read_remedy_history",
     "read_vasp_run_report",
+    "read_vasprun",
     "reciprocal_lattice",
     "register_remedy_policy",
     "remedy_policy_names",

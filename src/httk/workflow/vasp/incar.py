@@ -2,9 +2,11 @@
 
 An INCAR line holds ``;``-separated ``TAG = value`` statements; ``!`` or ``#``
 starts a comment that runs to the end of the line, and a trailing ``\\``
-continues a line onto the next. Tags are case-insensitive and are returned
-upper-cased. Values are returned as the stripped text VASP would read; this
-module never guesses types.
+continues a line onto the next. A value in double quotes (``SYSTEM = "a ; b"``,
+a multi-line ``WANNIER90_WIN = "..."``) is literal: ``;``, ``!``, ``#`` and
+newlines inside it belong to the value. Tags are case-insensitive and are
+returned upper-cased. Values are returned as the text VASP would read (a value
+that is one quoted string without its quotes); this module never guesses types.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
+from httk.workflow.domain import settings as settings_rules
+from httk.workflow.domain.model import ValidationError
 
 from ._io import PathLike, read_text, write_text
 
@@ -29,67 +34,81 @@ class IncarError(ValueError):
 @attrs.frozen
 class _Statement:
     tag: str
-    text: str  # the statement as written, without the separator
+    text: str  # the statement as written, without the separator (a quoted value keeps its quotes and newlines)
 
 
 @attrs.frozen
 class _Line:
     statements: tuple[_Statement, ...]
     comment: str  # including its '!' or '#', or ''
-    raw: str  # the logical line as written (continuations joined with newlines)
+    raw: str  # the logical line as written (continuations and quoted newlines joined with newlines)
 
 
-def _split_comment(line: str) -> tuple[str, str]:
-    positions = [p for p in (line.find("!"), line.find("#")) if p >= 0]
-    if not positions:
-        return line, ""
-    cut = min(positions)
-    return line[:cut], line[cut:]
-
-
-def _logical_lines(text: str) -> list[str]:
-    out: list[str] = []
-    pending = ""
-    for line in text.splitlines():
-        body, _comment = _split_comment(line)
-        if body.rstrip().endswith("\\"):
-            pending += line + "\n"
-            continue
-        out.append(pending + line)
-        pending = ""
-    if pending:
-        out.append(pending.rstrip("\n"))
-    return out
-
-
-def _parse_line(raw: str, where: str) -> _Line:
-    parts = raw.split("\n")
-    body_parts, comment = [], ""
-    for part in parts:
-        body, part_comment = _split_comment(part)
-        body = body.rstrip()
-        body_parts.append(body[:-1] if body.endswith("\\") else body)
-        comment = comment or part_comment
-    statements = []
-    for chunk in " ".join(body_parts).split(";"):
-        if not chunk.strip():
-            continue
-        if "=" not in chunk:
-            raise IncarError(f"{where}: statement {chunk.strip()!r} has no '='")
-        tag, _value = chunk.split("=", 1)
-        tag = tag.strip()
-        if not _TAG.match(tag):
-            raise IncarError(f"{where}: invalid tag {tag!r}")
-        statements.append(_Statement(tag=tag.upper(), text=chunk.strip()))
-    return _Line(statements=tuple(statements), comment=comment.strip(), raw=raw)
+def _statement(chunk: str, where: str, number: int) -> _Statement | None:
+    if not chunk.strip():
+        return None
+    if "=" not in chunk:
+        raise IncarError(f"{where}: line {number}: statement {chunk.strip()!r} has no '='")
+    tag = chunk.split("=", 1)[0].strip()
+    if not _TAG.match(tag):
+        raise IncarError(f"{where}: line {number}: invalid tag {tag!r}")
+    return _Statement(tag=tag.upper(), text=chunk.strip())
 
 
 def _parse(text: str, where: str) -> list[_Line]:
-    return [_parse_line(raw, where) for raw in _logical_lines(text)]
+    """Split ``text`` into logical lines of statements.
+
+    Outside quotes ``;`` separates statements, ``!``/``#`` start a comment and a
+    trailing ``\\`` continues the line. Inside a ``"…"`` value every character is
+    literal, newlines included, so a quoted value may span physical lines.
+    """
+    physical = text.splitlines()
+    out: list[_Line] = []
+    index = 0
+    while index < len(physical):
+        start = index
+        statements: list[_Statement] = []
+        comment, chunk, quoted = "", "", False
+        while True:
+            line = physical[index]
+            index += 1
+            position = 0
+            while position < len(line):
+                char = line[position]
+                if quoted or char not in ";!#":
+                    quoted = quoted != (char == '"')
+                    chunk += char
+                elif char == ";":
+                    statement = _statement(chunk, where, index)
+                    statements += [statement] if statement else []
+                    chunk = ""
+                else:
+                    comment = comment or line[position:].strip()
+                    break
+                position += 1
+            if quoted:
+                if index >= len(physical):
+                    raise IncarError(f"{where}: line {start + 1}: a quoted value is never closed (add the '\"')")
+                chunk += "\n"
+                continue
+            if chunk.rstrip().endswith("\\") and index < len(physical):
+                chunk = chunk.rstrip()[:-1] + " "
+                continue
+            if chunk.rstrip().endswith("\\"):
+                chunk = chunk.rstrip()[:-1]
+            break
+        statement = _statement(chunk, where, index)
+        statements += [statement] if statement else []
+        out.append(_Line(statements=tuple(statements), comment=comment, raw="\n".join(physical[start:index])))
+    return out
 
 
 def _value(statement: _Statement) -> str:
-    return statement.text.split("=", 1)[1].strip()
+    # A value that is one quoted string is its inside, verbatim; anything else is the stripped text.
+    value = statement.text.split("=", 1)[1].strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"' and value.count('"') == 2:
+        return value[1:-1]
+    return value
 
 
 def parse_incar(text: str, where: str = "INCAR") -> dict[str, str]:
@@ -114,9 +133,11 @@ def format_incar_value(value: Any) -> str:
     """VASP text for a Python value.
 
     ``bool`` → ``.TRUE.``/``.FALSE.``; ``int`` → decimal; ``float`` → shortest
-    round-trip repr; a list/tuple → its items space-separated; ``str`` → as is.
-    A string containing a newline, ``;``, ``!`` or ``#`` is refused, because it
-    would change the statement structure of the file.
+    round-trip repr; a list/tuple → its items space-separated; ``str`` → as is,
+    or in double quotes when it holds a ``;`` or a newline (VASP reads a quoted
+    value literally). A string with ``!`` or ``#`` is refused (readers differ on
+    whether they start a comment inside quotes), and so is one that needs quotes
+    but holds a ``"``.
     """
     if isinstance(value, bool):
         return ".TRUE." if value else ".FALSE."
@@ -129,8 +150,12 @@ def format_incar_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return " ".join(format_incar_value(item) for item in value)
     if isinstance(value, str):
-        if any(char in value for char in "\n\r;!#"):
-            raise IncarError(f"INCAR value {value!r} contains a newline, ';', '!' or '#'")
+        if any(char in value for char in "!#\r"):
+            raise IncarError(f"INCAR value {value!r} contains '!', '#' or a carriage return; remove them")
+        if any(char in value for char in "\n;"):
+            if '"' in value:
+                raise IncarError(f"INCAR value {value!r} needs quotes for its ';' or newline but contains '\"'")
+            return f'"{value}"'
         return value.strip()
     raise IncarError(f"cannot write a {type(value).__name__} as an INCAR value: {value!r}")
 
@@ -194,6 +219,11 @@ def write_incar(tags: Mapping[str, Any], path: PathLike = "INCAR") -> None:
     write_text(path, update_incar_text(tags, "", str(path)))
 
 
+def _nint(value: float) -> int:
+    # Fortran NINT: to the nearest integer, halves away from zero (Python's round() goes to even).
+    return int(math.floor(abs(value) + 0.5)) * (1 if value >= 0 else -1)
+
+
 def calculate_nbands(
     nelect: float,
     nions: int,
@@ -201,18 +231,22 @@ def calculate_nbands(
     magnetization: float = 0.0,
     noncollinear: bool = False,
 ) -> int:
-    """VASP's default band count for ``nelect`` electrons and ``nions`` ions.
+    """VASP's default band count, as VASP 5.4.4 (``main.F``) computes it.
 
-    ``n = max(ceil((NELECT + |M| + 2) / 2) + max(ceil(NIONS / 2), 3), ceil(0.6 * NELECT))``,
-    doubled for a noncollinear calculation. ``magnetization`` (the total starting
-    moment |M|, in μB) makes room for the majority spin channel. This follows the
-    VASP manual's default; VASP may round it further up to a multiple of its
-    band parallelisation, which this function does not model.
+    ``NBANDS = MAX(NINT(NELECT+2)/2 + MAX(NIONS/2, 3), INT(0.6*NELECT)) + NMAG``
+    with Fortran integer arithmetic (``/`` of integers truncates) and
+    ``NMAG = INT((|M| + 1) / 2)`` for the total starting moment ``M`` (ΣMAGMOM,
+    in μB; the sign only says which spin channel is the majority). A
+    noncollinear calculation doubles the whole count. VASP may round the result
+    further up to a multiple of its band parallelisation, which this function
+    does not model.
     """
     if nelect <= 0 or nions <= 0:
         raise ValueError(f"nelect and nions must be positive, got {nelect!r}, {nions!r}")
-    occupied = math.ceil((nelect + abs(magnetization) + 2) / 2)
-    bands = max(occupied + max(math.ceil(nions / 2), 3), math.ceil(0.6 * nelect))
+    if not math.isfinite(magnetization):
+        raise ValueError(f"magnetization must be a finite number of μB, got {magnetization!r}")
+    bands = max(_nint(nelect + 2) // 2 + max(int(nions) // 2, 3), int(0.6 * nelect))
+    bands += int((abs(magnetization) + 1) / 2)
     return 2 * bands if noncollinear else bands
 
 
@@ -234,10 +268,44 @@ MAGNETIC_MOMENTS: Mapping[str, float] = {
     "Ce": 5.0, "Pr": 3.0, "Nd": 4.0, "Pm": 5.0, "Sm": 6.0, "Eu": 7.0, "Gd": 7.0,
     "Tb": 6.0, "Dy": 5.0, "Ho": 4.0, "Er": 3.0, "Tm": 2.0, "Yb": 1.0, "U": 3.0, "Np": 4.0, "Pu": 5.0,
 }
-"""Starting moments (μB) for a ferromagnetic high-spin start: transition metals high, rare earths by 4f count."""
+"""The ``httk`` table (μB): a ferromagnetic high-spin start, transition metals high, rare earths by 4f count.
+
+A start above the ground-state moment lets the SCF fall to a low-spin solution;
+a start below it can leave a high-spin ground state unfound."""
+
+MATERIALS_PROJECT_MAGNETIC_MOMENTS: Mapping[str, float] = {
+    "Ce": 5.0, "Co": 0.6, "Cr": 5.0, "Eu": 10.0, "Fe": 5.0, "Mn": 5.0, "Mo": 5.0, "Ni": 5.0, "V": 5.0, "W": 5.0,
+}
+"""The ``materials-project`` table: the element entries of pymatgen's ``MPRelaxSet`` MAGMOM
+(``VASPIncarBase.yaml``; its oxidation-state entries such as ``Gd3+`` need a decorated
+structure and are not used), so a run starts where the Materials Project's data did."""
+
+MAGNETIC_MOMENT_TABLES: Mapping[str, Mapping[str, float]] = {
+    "httk": MAGNETIC_MOMENTS, "materials-project": MATERIALS_PROJECT_MAGNETIC_MOMENTS,
+}
+"""The named tables the ``vasp.magnetic_moments`` workspace setting may choose (the names the setting rule knows)."""
+
+DEFAULT_MAGNETIC_MOMENT_TABLE = "httk"
 
 DEFAULT_MAGNETIC_MOMENT = 0.6
-"""Starting moment of every element not in :data:`MAGNETIC_MOMENTS`, small but non-zero so it can polarise."""
+"""Starting moment of every element a table does not list (both named tables use 0.6): small but non-zero."""
+
+MagneticMomentTable = str | Mapping[str, float]
+
+
+def magnetic_moment_table(choice: MagneticMomentTable | None = None) -> Mapping[str, float]:
+    """The table ``choice`` means: a name of :data:`MAGNETIC_MOMENT_TABLES`, an element → μB mapping
+    (the value of the ``vasp.magnetic_moments`` setting), or ``None`` for the ``httk`` table.
+
+    The rule is the one ``workspace settings set`` applies; a bad value raises ``ValueError``.
+    """
+    if choice is None:
+        return MAGNETIC_MOMENT_TABLES[DEFAULT_MAGNETIC_MOMENT_TABLE]
+    try:
+        checked = settings_rules.check_magnetic_moments(choice, "magnetic moment table")
+    except ValidationError as error:
+        raise ValueError(str(error)) from None
+    return MAGNETIC_MOMENT_TABLES[checked] if isinstance(checked, str) else checked
 
 
 def element_of(species: str) -> str:
@@ -248,16 +316,17 @@ def element_of(species: str) -> str:
 def suggested_magnetic_moments(
     species: Sequence[str],
     counts: Sequence[int],
-    table: Mapping[str, float] | None = None,
+    table: MagneticMomentTable | None = None,
 ) -> list[float]:
-    """One starting moment per atom, in POSCAR order, from ``table`` (default :data:`MAGNETIC_MOMENTS`).
+    """One starting moment per atom, in POSCAR order, from ``table`` (see :func:`magnetic_moment_table`;
+    default the ``httk`` table, :data:`MAGNETIC_MOMENTS`).
 
     A species missing from the table gets :data:`DEFAULT_MAGNETIC_MOMENT`.
     Format the list for an INCAR with :func:`format_magmom`.
     """
     if len(species) != len(counts):
         raise ValueError(f"{len(species)} species but {len(counts)} counts")
-    moments = MAGNETIC_MOMENTS if table is None else table
+    moments = magnetic_moment_table(table)
     out: list[float] = []
     for label, count in zip(species, counts, strict=True):
         out.extend([float(moments.get(element_of(label), DEFAULT_MAGNETIC_MOMENT))] * int(count))

@@ -42,23 +42,38 @@ class KpointMesh:
     shift: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
-def automatic_kpoint_grid(density: float, poscar: PathLike | PoscarHeader = "POSCAR") -> Grid:
+KPOINT_ROUNDINGS = ("nearest", "up")
+DEFAULT_KPOINT_ROUNDING = "nearest"
+"""VASP's own rule for its fully automatic ``Auto`` length mode."""
+
+
+def automatic_kpoint_grid(
+    density: float,
+    poscar: PathLike | PoscarHeader = "POSCAR",
+    rounding: str = DEFAULT_KPOINT_ROUNDING,
+) -> Grid:
     """Subdivisions along each reciprocal axis for a length ``density`` (Å).
 
-    ``n_i = max(1, ceil(density * |b_i|))``, where ``b_i`` are the reciprocal
-    lattice vectors of the scaled cell *without* the 2π factor (so
-    ``|b_i| = 1/d_i``, the inverse spacing of lattice planes, and for an
-    orthogonal cell ``n_i = ceil(density / a_i)``). This is VASP's "fully
-    automatic" length rule; density 20–30 suits insulators and 40–60 metals.
-    A tiny tolerance keeps an exact integer from rounding up by float noise.
+    With ``rounding="nearest"`` (the default) this is VASP's fully automatic
+    length mode (``Auto`` with length ``l`` in KPOINTS):
+    ``N_i = max(1, int(l * |b_i| + 0.5))``, so ``automatic_kpoint_grid(40)`` is
+    the grid VASP's own ``Auto 40`` would use. ``b_i`` are the reciprocal
+    lattice vectors of the scaled cell *without* the 2π factor (``|b_i| = 1/d_i``,
+    the inverse spacing of lattice planes; for an orthogonal cell
+    ``N_i = round(l / a_i)``). ``rounding="up"`` gives
+    ``N_i = max(1, ceil(l * |b_i|))`` instead, never coarser than ``l`` asks
+    (a tiny tolerance keeps an exact integer from rounding up by float noise).
+    Density 20–30 suits insulators and 40–60 metals.
     """
-    if not isinstance(density, int | float) or not math.isfinite(density) or density <= 0:
+    if isinstance(density, bool) or not isinstance(density, int | float) or not math.isfinite(density) or density <= 0:
         raise KpointsError(f"k-point density must be a positive length in Å, got {density!r}")
+    if rounding not in KPOINT_ROUNDINGS:
+        raise KpointsError(f"k-point rounding must be one of {', '.join(KPOINT_ROUNDINGS)}, got {rounding!r}")
     header = poscar if isinstance(poscar, PoscarHeader) else read_poscar_header(poscar)
     grid = []
     for row in reciprocal_lattice(header.cell):
-        length = math.sqrt(sum(value * value for value in row))
-        grid.append(max(1, math.ceil(density * length - 1e-9)))
+        subdivisions = density * math.sqrt(sum(value * value for value in row))
+        grid.append(max(1, int(subdivisions + 0.5) if rounding == "nearest" else math.ceil(subdivisions - 1e-9)))
     return (grid[0], grid[1], grid[2])
 
 

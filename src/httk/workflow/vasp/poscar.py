@@ -7,6 +7,7 @@ the VASP 4 layout without a species line (``species`` is then empty). The scale
 line holds one number (negative: the target cell volume in Å³) or three
 per-axis factors. Species labels are cut at ``/`` because VASP 6 writes
 ``Si/<hash>`` labels; the part before it is kept verbatim (``Fe_pv`` stays).
+A trailing ``!`` comment on the species or counts line is ignored.
 """
 
 from __future__ import annotations
@@ -124,10 +125,10 @@ def _parse(text: str, where: str) -> _Parsed:
     lattice = tuple(_floats(lines[i], 3, f"lattice row {i - 1}", where) for i in (2, 3, 4))
     index = 5
     species: tuple[str, ...] = ()
-    if not _all_ints(lines[index].split()):
-        species = tuple(label.split("/")[0] for label in lines[index].split())
+    if not _all_ints(_fields(lines[index])):
+        species = tuple(label.split("/")[0] for label in _fields(lines[index]))
         index += 1
-    count_fields = lines[index].split() if index < len(lines) else []
+    count_fields = _fields(lines[index]) if index < len(lines) else []
     if not count_fields or not _all_ints(count_fields):
         raise PoscarError(f"{where}: line {index + 1} must hold the atom counts, got {_at(lines, index)!r}")
     counts = tuple(int(field) for field in count_fields)
@@ -153,6 +154,11 @@ def _parse(text: str, where: str) -> _Parsed:
         counts=counts, selective_dynamics=selective, cartesian=cartesian,
     )
     return _Parsed(header=header, lines=lines, first_coordinate=index)
+
+
+def _fields(line: str) -> list[str]:
+    # The species and counts lines may end in a '!' comment (VASP and ASE read past it).
+    return line.split("!", 1)[0].split()
 
 
 def _at(lines: list[str], index: int) -> str:

@@ -9,8 +9,14 @@ from typing import Any
 import attrs
 
 from ._io import PathLike
-from .incar import format_magmom, suggested_magnetic_moments, write_incar
-from .kpoints import DEFAULT_KPOINT_CENTERING, Grid, automatic_kpoint_grid, write_automatic_kpoints
+from .incar import MagneticMomentTable, format_magmom, suggested_magnetic_moments, write_incar
+from .kpoints import (
+    DEFAULT_KPOINT_CENTERING,
+    DEFAULT_KPOINT_ROUNDING,
+    Grid,
+    automatic_kpoint_grid,
+    write_automatic_kpoints,
+)
 from .poscar import read_poscar_header
 from .potcar import PotcarAssembly, assemble_potcar
 
@@ -26,10 +32,13 @@ class VaspPreparationOptions:
     ``incar_tags`` are written first, in their order, and nothing derived
     overwrites them. ``kpoint_density`` (Å, see
     :func:`~httk.workflow.vasp.kpoints.automatic_kpoint_grid`) writes KPOINTS
-    with ``centering``; ``potcar_library`` writes POTCAR with
-    ``potcar_variants``; ``magnetic`` derives ``ISPIN = 2`` and ``MAGMOM`` from
-    :func:`~httk.workflow.vasp.incar.suggested_magnetic_moments`. ``None``
-    skips the corresponding file.
+    with ``centering``, the grid rounded by ``kpoint_rounding``
+    (``"nearest"``, VASP's own rule, or ``"up"``); ``potcar_library`` writes
+    POTCAR with ``potcar_variants``; ``magnetic`` derives ``ISPIN = 2`` and
+    ``MAGMOM`` from :func:`~httk.workflow.vasp.incar.suggested_magnetic_moments`
+    with ``magnetic_moments`` (a table name, an element → μB mapping, or
+    ``None`` for the ``httk`` table: the value of the ``vasp.magnetic_moments``
+    setting). ``None`` skips the corresponding file.
     """
 
     incar_tags: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
@@ -38,6 +47,8 @@ class VaspPreparationOptions:
     potcar_library: PathLike | None = None
     potcar_variants: Mapping[str, str] | None = attrs.field(default=None, converter=_optional_dict)
     magnetic: bool = False
+    magnetic_moments: MagneticMomentTable | None = None
+    kpoint_rounding: str = DEFAULT_KPOINT_ROUNDING
 
 
 @attrs.frozen
@@ -63,11 +74,12 @@ def prepare_vasp_inputs(workdir: PathLike, options: VaspPreparationOptions) -> P
     derived: dict[str, Any] = {}
     if options.magnetic:
         derived["ISPIN"] = 2
-        derived["MAGMOM"] = format_magmom(suggested_magnetic_moments(header.species, header.counts))
+        moments = suggested_magnetic_moments(header.species, header.counts, options.magnetic_moments)
+        derived["MAGMOM"] = format_magmom(moments)
     tags.update({tag: value for tag, value in derived.items() if tag not in explicit})
     grid = None
     if options.kpoint_density is not None:
-        grid = automatic_kpoint_grid(options.kpoint_density, poscar=header)
+        grid = automatic_kpoint_grid(options.kpoint_density, poscar=header, rounding=options.kpoint_rounding)
         write_automatic_kpoints(grid, directory / "KPOINTS", centering=options.centering)
     potcar = None
     if options.potcar_library is not None:

@@ -125,7 +125,7 @@ def run_vasp(
         "evidence": [attrs.asdict(item) for item in evidence],
         "converged": converged, "energy": results.energy, "energy_sigma0": results.energy_sigma0,
         "ionic_steps": results.ionic_steps, "electronic_steps": results.electronic_steps,
-        "finished": results.finished, "process_report": "process-report.json",
+        "finished": results.finished, "problems": list(results.problems), "process_report": "process-report.json",
     }
     report_path = directory / RUN_REPORT_NAME
     write_json(report_path, report)

@@ -1,6 +1,8 @@
-"""Batch systems that start task managers: argv builders and pure output parsers per scheduler.
+"""Batch systems that start task managers: one module per scheduler over the seam of ``base``.
 
-A new batch system is one module here (a :class:`base.CommandLineBatchSystem`
-subclass) plus an entry point in the group ``httk.workflow.batch_systems`` and a
-template under the top-level ``adapters/``. ARCHITECTURE.md rule 7.
+A new batch system is one module (a :class:`base.CommandLineBatchSystem` subclass:
+declared data, argv builders, pure parsers) plus one entry point in the group
+``httk.workflow.batch_systems``, also from another distribution; its remote
+templates follow from the installed transports. ARCHITECTURE.md rule 7,
+docs/integrators.md.
 """

@@ -1,7 +1,12 @@
-"""CommandLineBatchSystem: a batch scheduler driven by argument vectors through a RemoteTransport.
+"""CommandLineBatchSystem: the seam a batch scheduler plugs into, driven by argument vectors.
 
-A subclass supplies argv builders (submit, status, cancel), pure parsers of what
-those commands print, and ``compose_script``; this base runs them through the
+A batch system is one module (ARCHITECTURE.md rule 7): a subclass declares as
+data its name, description, the commands ``remote check`` looks for, its job-id
+pattern, its :class:`Capabilities`, the ``#``-directives a workspace's
+``<name>.*`` settings become (:class:`Directive`) and its table of finished
+states; it supplies argv builders (submit, status, cancel) and pure parsers of
+their output. This base composes the batch script once for every scheduler,
+refuses settings with the rule the script applies, runs the argv through the
 transport and turns a failing command into one
 :class:`~httk.workflow.ports.BatchSystemError` line. The batch script is the one
 place (besides the SSH transport) where a command line is composed as text, and
@@ -17,34 +22,115 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import attrs
+
 from ...domain import settings as engine_settings
 from ...domain.model import ValidationError
+from ...domain.submit_limits import SubmitLimits
 from ...ports import BatchJobStatus, BatchSystemError, CommandResult, RemoteTransport
 
 #: The workspace setting that supplies the default worker count.
 WORKERS_SETTING = engine_settings.WORKERS_SETTING
 
 
+@attrs.frozen
+class Capabilities:
+    """What a scheduler offers beyond submit, status and cancel (declared data; nothing is probed)."""
+
+    #: Many tasks under one job id (Slurm ``--array``, PBS ``-J``).
+    array_jobs: bool = False
+    #: Jobs can be placed into an advance reservation.
+    reservations: bool = False
+    #: Quality-of-service levels that carry their own limits.
+    qos: bool = False
+
+    def names(self) -> list[str]:
+        """The capabilities offered, as people write them."""
+        words = {"array_jobs": "array jobs", "reservations": "reservations", "qos": "QOS"}
+        return [word for field, word in words.items() if getattr(self, field)]
+
+
+@attrs.frozen
+class ValueRule:
+    """What a directive's value may be: text matching ``pattern`` and/or a positive integer."""
+
+    #: How the refusal describes an acceptable value ("a positive integer").
+    what: str
+    pattern: re.Pattern[str] | None = None
+    integers: bool = False
+
+    def render(self, setting: str, value: Any) -> str:
+        """``value`` as it goes into its directive; one-line error naming ``setting`` otherwise."""
+        if self.integers and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return str(value)
+        if self.pattern is not None and isinstance(value, str) and self.pattern.fullmatch(value):
+            return value
+        raise BatchSystemError(f"setting {setting} must be {self.what}, not {value!r}")
+
+
+@attrs.frozen
+class Directive:
+    """One workspace setting that becomes a batch directive: ``template`` with the value in ``{}``."""
+
+    setting: str
+    template: str
+    rule: ValueRule
+
+    def line(self, value: Any) -> str:
+        return self.template.format(self.rule.render(self.setting, value))
+
+
 class CommandLineBatchSystem(ABC):
     """Submit, query and cancel batch jobs by running the scheduler's commands through a transport."""
 
-    #: The batch system's name, as templates spell it (``batch`` in remote.json).
+    #: The batch system's name: its entry point's name and the second half of a template name.
     name: ClassVar[str]
-    #: Programs the target must provide (what ``remote check`` looks for).
+    #: How people write the scheduler's name in messages ("Slurm").
+    title: ClassVar[str]
+    #: What a manager becomes there, completing "This machine; ..." in a template's description.
+    description: ClassVar[str]
+    #: Programs the target must provide (what ``remote check`` looks for there).
     commands: ClassVar[tuple[str, ...]]
     #: What a job id of this scheduler looks like; anything else is refused before it reaches a command.
     id_pattern: ClassVar[re.Pattern[str]] = re.compile(r"[0-9]+")
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: The directive prefix of the batch script (``#SBATCH``); '' for a scheduler without directives.
+    directive_prefix: ClassVar[str] = ""
+    #: The workspace settings that become directives, in the order they are written.
+    directives: ClassVar[tuple[Directive, ...]] = ()
+    #: The state table: scheduler states after which a job never runs again, and whether each
+    #: means success (``None``: the state alone does not say).
+    finished_states: ClassVar[Mapping[str, bool | None]] = {}
+    #: The status of an id the scheduler no longer lists.
+    forgotten: ClassVar[BatchJobStatus] = BatchJobStatus("UNKNOWN", finished=True, succeeded=None)
 
     @classmethod
     def check_setting(cls, name: str, value: Any) -> None:
-        """Refuse a workspace setting ``<name>.*`` (this batch system's own) that it could not use.
+        """Refuse a workspace setting ``<name>.*`` (this batch system's own) that its script could not carry.
 
         ``workspace settings set`` asks the batch system named by a setting's first
-        component; raise :class:`~httk.workflow.ports.BatchSystemError` with one line. Use
-        the rule ``compose_script`` applies at run time, so a value is refused when it is
-        written rather than when a manager is submitted.
+        component. The rule is the one :meth:`compose_script` applies, so a value is
+        refused when it is written rather than when a manager is submitted; ``None``
+        (JSON null) writes no directive and is accepted.
         """
-        return None  # a batch system without settings of its own has nothing to refuse
+        if not cls.directives:
+            return  # a batch system without directives has no settings of its own to refuse
+        table = {directive.setting: directive for directive in cls.directives}
+        if name not in table:
+            raise BatchSystemError(
+                f"unknown {cls.title} setting {name!r}; the {cls.name}.* settings are the batch directives "
+                f"{', '.join(sorted(table))}"
+            )
+        if value is not None:
+            table[name].line(value)
+
+    @classmethod
+    def status_of(cls, state: str, *, succeeded: bool | None = None) -> BatchJobStatus:
+        """The status of a job in ``state``, from the state table (``succeeded`` when the state does not say)."""
+        if state not in cls.finished_states:
+            return BatchJobStatus(state, finished=False)
+        verdict = cls.finished_states[state]
+        return BatchJobStatus(state, finished=True, succeeded=succeeded if verdict is None else verdict)
 
     def __init__(self, transport: RemoteTransport, *, timeout: float | None = 120.0) -> None:
         self.transport = transport
@@ -53,8 +139,7 @@ class CommandLineBatchSystem(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.transport!r})"
 
-    # -- what a subclass supplies ---------------------------------------------------------------
-    @abstractmethod
+    # -- the batch script: composed here, once for every scheduler -------------------------------
     def compose_script(
         self,
         workspace_path: str,
@@ -64,8 +149,33 @@ class CommandLineBatchSystem(ABC):
         *,
         workers: int | None = None,
     ) -> str:
-        """The batch script that runs one manager on ``workspace_path``."""
+        """The batch script that runs one manager on ``workspace_path`` (pure).
 
+        Its directives are the fixed ones of :meth:`fixed_directives` and one per
+        :attr:`directives` setting with a value; ``workers`` defaults to the
+        ``manager.workers`` setting, then 1.
+        """
+        count = resolve_workers(settings, workers)
+        command = manager_command(workspace_path, manager_args, httk_command, count)
+        lines = ["#!/bin/sh"]
+        chosen = [directive.line(settings[directive.setting]) for directive in self.directives
+                  if settings.get(directive.setting) is not None]
+        for directive in [*self.fixed_directives(job_name(workspace_path)), *chosen]:
+            lines.append(f"{self.directive_prefix} {directive}")
+        lines.extend(self.script_body(command))
+        return "\n".join(lines) + "\n"
+
+    def fixed_directives(self, name: str) -> list[str]:
+        """Directives every script of this scheduler carries (its job name ``name``, its output file)."""
+        return []
+
+    def script_body(self, command: str) -> list[str]:
+        """The lines after the directives; ``command`` is the quoted manager command line."""
+        # exec: the scheduler's SIGTERM reaches the manager itself, which then drains.
+        return [f"# One httk-workflow task manager, from the workspace's {self.name}.* and manager.* settings.",
+                f"exec {command}"]
+
+    # -- what a subclass supplies ---------------------------------------------------------------
     @abstractmethod
     def submit_argv(self, workdir: str) -> list[str]:
         """The command that reads a batch script on stdin and submits it to run in ``workdir``."""
@@ -79,7 +189,7 @@ class CommandLineBatchSystem(ABC):
 
     @abstractmethod
     def parse_status(self, result: CommandResult, job_ids: Sequence[str]) -> dict[str, BatchJobStatus]:
-        """Every id asked for with its status; ``UNKNOWN`` for an id the scheduler does not list."""
+        """Every id asked for with its status; :attr:`forgotten` for an id the scheduler does not list."""
 
     @abstractmethod
     def cancel_argv(self, job_ids: Sequence[str]) -> list[str]: ...
@@ -103,6 +213,10 @@ class CommandLineBatchSystem(ABC):
         if ids:
             self._checked(self.cancel_argv(ids))
 
+    def submit_limits(self, settings: Mapping[str, Any]) -> SubmitLimits:
+        """The site's submit limits; a batch system that reads none reports that in a note."""
+        return SubmitLimits(notes=(f"{self.name} reports no submit limits",))
+
     # -- helpers --------------------------------------------------------------------------------
     def check_ids(self, job_ids: Sequence[str]) -> list[str]:
         """The ids, each checked against :attr:`id_pattern`."""
@@ -115,8 +229,17 @@ class CommandLineBatchSystem(ABC):
     def _checked(self, argv: Sequence[str], *, input: str | None = None) -> CommandResult:
         result = self.transport.run(argv, input=input, timeout=self.timeout)
         if result.returncode != 0:
-            raise BatchSystemError(f"{self.name}: {argv[0]} failed (exit {result.returncode}): {first_line(result)}")
+            raise BatchSystemError(
+                f"{self.name}: {program(argv)} failed (exit {result.returncode}): {first_line(result)}"
+            )
         return result
+
+
+def program(argv: Sequence[str]) -> str:
+    """The program an argv runs, for messages: ``$0`` of a fixed ``sh -c PROGRAM NAME ...``."""
+    if len(argv) > 3 and argv[0] == "sh" and argv[1] == "-c":
+        return argv[3]
+    return argv[0]
 
 
 def first_line(result: CommandResult) -> str:
@@ -126,6 +249,12 @@ def first_line(result: CommandResult) -> str:
             if line.strip():
                 return line.strip()
     return "no output"
+
+
+def job_name(workspace_path: str) -> str:
+    """``httk-<the workspace's basename>``, spelt with ``[A-Za-z0-9._-]`` only (every scheduler takes that)."""
+    base = workspace_path.rstrip("/").rsplit("/", 1)[-1] or "workspace"
+    return "httk-" + re.sub(r"[^A-Za-z0-9._-]", "_", base)
 
 
 def resolve_workers(settings: Mapping[str, Any], workers: int | None) -> int:

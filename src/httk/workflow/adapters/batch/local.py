@@ -13,11 +13,10 @@ parameters, never by interpolation. Spec: 000 "Running on a remote".
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ...ports import BatchJobStatus, BatchSystemError, CommandResult
-from .base import CommandLineBatchSystem, manager_command, resolve_workers
+from .base import CommandLineBatchSystem
 
 # fd 3 carries the script: a background command of a non-interactive shell gets /dev/null
 # as stdin unless it redirects stdin itself. setsid does not fork here (the background
@@ -47,20 +46,23 @@ class LocalBatchSystem(CommandLineBatchSystem):
     """Detached background processes on the transport's machine."""
 
     name = "local"
+    title = "local"
+    description = "a manager runs as a detached background process (no scheduler)"
     commands = ("setsid", "nohup", "sh")
     # A pid, and the process's start time so a reused pid is never mistaken for the manager.
     id_pattern = re.compile(r"[1-9][0-9]*(\.[0-9]+)?")
+    finished_states = {"EXITED": None}  # the exit status of a detached process is not kept
+    # The probe names every id it is given: one it does not is a probe gone wrong, not a finished job.
+    forgotten = BatchJobStatus("UNKNOWN", finished=False)
 
-    def compose_script(
-        self,
-        workspace_path: str,
-        settings: Mapping[str, Any],
-        manager_args: Sequence[str],
-        httk_command: Sequence[str],
-        *,
-        workers: int | None = None,
-    ) -> str:
-        return compose_script(workspace_path, settings, manager_args, httk_command, workers=workers)
+    def script_body(self, command: str) -> list[str]:
+        """Output to ``local-PID.out`` in the workdir, then the manager in place of this shell."""
+        return [
+            "# One httk-workflow task manager, started detached; job id = this shell's pid.",
+            'exec >"local-$$.out" 2>&1',
+            # Not earlier: this shell reads the rest of its script from stdin.
+            f"exec {command} </dev/null",
+        ]
 
     def submit_argv(self, workdir: str) -> list[str]:
         return ["sh", "-c", _LAUNCH, "httk-local-batch", workdir]
@@ -80,25 +82,6 @@ class LocalBatchSystem(CommandLineBatchSystem):
         return ["sh", "-c", _CANCEL, "httk-local-batch", *job_ids]
 
 
-def compose_script(
-    workspace_path: str,
-    settings: Mapping[str, Any],
-    manager_args: Sequence[str],
-    httk_command: Sequence[str],
-    *,
-    workers: int | None = None,
-) -> str:
-    """A plain sh script: output to ``local-PID.out`` in the workdir, then the manager (pure)."""
-    count = resolve_workers(settings, workers)
-    command = manager_command(workspace_path, manager_args, httk_command, count)
-    return (
-        "#!/bin/sh\n"
-        "# One httk-workflow task manager, started detached; job id = this shell's pid.\n"
-        'exec >"local-$$.out" 2>&1\n'
-        # Not earlier: this shell reads the rest of its script from stdin.
-        f"exec {command} </dev/null\n"
-    )
-
 
 def parse_pid(stdout: str) -> str:
     """The pid the launcher printed."""
@@ -114,5 +97,5 @@ def parse_probe(stdout: str, job_ids: Sequence[str]) -> dict[str, BatchJobStatus
     for line in stdout.splitlines():
         fields = line.split()
         if len(fields) == 2 and fields[1] in ("RUNNING", "EXITED"):
-            seen[fields[0]] = BatchJobStatus(fields[1], finished=fields[1] == "EXITED")
-    return {job_id: seen.get(job_id, BatchJobStatus("UNKNOWN", finished=False)) for job_id in job_ids}
+            seen[fields[0]] = LocalBatchSystem.status_of(fields[1])
+    return {job_id: seen.get(job_id, LocalBatchSystem.forgotten) for job_id in job_ids}

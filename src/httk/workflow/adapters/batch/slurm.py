@@ -19,24 +19,29 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...domain.submit_limits import SubmitLimits
 from ...ports import BatchJobStatus, BatchSystemError, CommandResult
-from .base import CommandLineBatchSystem, manager_command, resolve_workers
+from .base import Capabilities, CommandLineBatchSystem, Directive, ValueRule
+from .slurm_limits import read_submit_limits
 
-#: ``slurm.*`` setting → sbatch option, in the order the directives are written.
-DIRECTIVES: tuple[tuple[str, str], ...] = (
-    ("slurm.account", "--account"),
-    ("slurm.partition", "--partition"),
-    ("slurm.reservation", "--reservation"),
-    ("slurm.time_limit", "--time"),
-    ("slurm.nodes", "--nodes"),
-    ("slurm.cpus_per_task", "--cpus-per-task"),
+_NAME = ValueRule(
+    "a Slurm name ([A-Za-z0-9_.+@-], comma-separated)", re.compile(r"[A-Za-z0-9_.+@-]+(,[A-Za-z0-9_.+@-]+)*")
 )
-_NAME = re.compile(r"[A-Za-z0-9_.+@-]+(,[A-Za-z0-9_.+@-]+)*")
-_TIME = re.compile(r"[0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE", re.IGNORECASE)
-_NODES = re.compile(r"[1-9][0-9]*(-[1-9][0-9]*)?")
+#: ``slurm.*`` settings → sbatch options, in the order the directives are written.
+DIRECTIVES: tuple[Directive, ...] = (
+    Directive("slurm.account", "--account={}", _NAME),
+    Directive("slurm.partition", "--partition={}", _NAME),
+    Directive("slurm.reservation", "--reservation={}", _NAME),
+    Directive("slurm.time_limit", "--time={}", ValueRule(  # an integer is minutes
+        "minutes or [D-]HH:MM:SS as Slurm spells it",
+        re.compile(r"[0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE", re.IGNORECASE), integers=True)),
+    Directive("slurm.nodes", "--nodes={}", ValueRule(
+        "a positive integer or a range like '1-4'", re.compile(r"[1-9][0-9]*(-[1-9][0-9]*)?"), integers=True)),
+    Directive("slurm.cpus_per_task", "--cpus-per-task={}", ValueRule("a positive integer", integers=True)),
+)
 
-#: Scheduler states after which the job never runs again, and whether they mean success.
-FINISHED_STATES: dict[str, bool] = {
+#: The state table: scheduler states after which the job never runs again, and whether they mean success.
+FINISHED_STATES: dict[str, bool | None] = {
     "COMPLETED": True,
     "BOOT_FAIL": False,
     "CANCELLED": False,
@@ -55,23 +60,17 @@ class SlurmBatchSystem(CommandLineBatchSystem):
     """Slurm through its command-line clients."""
 
     name = "slurm"
+    title = "Slurm"
+    description = "a manager runs as a Slurm batch job there"
     commands = ("sbatch", "squeue", "scancel")
     id_pattern = re.compile(r"[0-9]+(_[0-9]+)?")
+    capabilities = Capabilities(array_jobs=True, reservations=True, qos=True)
+    directive_prefix = "#SBATCH"
+    directives = DIRECTIVES
+    finished_states = FINISHED_STATES
 
-    @classmethod
-    def check_setting(cls, name: str, value: Any) -> None:
-        check_setting(name, value)
-
-    def compose_script(
-        self,
-        workspace_path: str,
-        settings: Mapping[str, Any],
-        manager_args: Sequence[str],
-        httk_command: Sequence[str],
-        *,
-        workers: int | None = None,
-    ) -> str:
-        return compose_script(workspace_path, settings, manager_args, httk_command, workers=workers)
+    def fixed_directives(self, name: str) -> list[str]:
+        return [f"--job-name={name}", "--output=slurm-%j.out"]
 
     def submit_argv(self, workdir: str) -> list[str]:
         # No script argument: sbatch reads the script from stdin.
@@ -94,67 +93,10 @@ class SlurmBatchSystem(CommandLineBatchSystem):
     def cancel_argv(self, job_ids: Sequence[str]) -> list[str]:
         return ["scancel", *job_ids]
 
+    def submit_limits(self, settings: Mapping[str, Any]) -> SubmitLimits:
+        # sacctmgr/scontrol/squeue reports: see slurm_limits.
+        return read_submit_limits(self.transport, settings, timeout=self.timeout)
 
-def compose_script(
-    workspace_path: str,
-    settings: Mapping[str, Any],
-    manager_args: Sequence[str],
-    httk_command: Sequence[str],
-    *,
-    workers: int | None = None,
-) -> str:
-    """The ``#SBATCH`` script that runs ``httk workflow run WORKSPACE --workers N`` (pure)."""
-    count = resolve_workers(settings, workers)
-    base = workspace_path.rstrip("/").rsplit("/", 1)[-1] or "workspace"
-    job_name = "httk-" + re.sub(r"[^A-Za-z0-9._-]", "_", base)
-    lines = ["#!/bin/sh", f"#SBATCH --job-name={job_name}", "#SBATCH --output=slurm-%j.out"]
-    for setting, option in DIRECTIVES:
-        if setting in settings and settings[setting] is not None:
-            lines.append(f"#SBATCH {option}={directive_value(setting, settings[setting])}")
-    lines.append("# One httk-workflow task manager, from the workspace's slurm.* and manager.* settings.")
-    # exec: scancel's SIGTERM reaches the manager itself, which then drains.
-    lines.append("exec " + manager_command(workspace_path, manager_args, httk_command, count))
-    return "\n".join(lines) + "\n"
-
-
-def check_setting(name: str, value: Any) -> None:
-    """Refuse a ``slurm.*`` setting that is not a directive, or a value its directive cannot carry.
-
-    ``None`` (JSON null) is accepted: ``compose_script`` writes no directive for it.
-    """
-    known = [setting for setting, _ in DIRECTIVES]
-    if name not in known:
-        raise BatchSystemError(
-            f"unknown Slurm setting {name!r}; the slurm.* settings are the batch directives {', '.join(sorted(known))}"
-        )
-    if value is not None:
-        directive_value(name, value)
-
-
-def directive_value(setting: str, value: Any) -> str:
-    """A setting's value as it may appear in its directive; one-line error otherwise."""
-    integer = isinstance(value, int) and not isinstance(value, bool)
-    if setting == "slurm.cpus_per_task":
-        if integer and value >= 1:
-            return str(value)
-        raise BatchSystemError(f"setting {setting} must be a positive integer, not {value!r}")
-    if setting == "slurm.nodes":
-        if integer and value >= 1:
-            return str(value)
-        if isinstance(value, str) and _NODES.fullmatch(value):
-            return value
-        raise BatchSystemError(f"setting {setting} must be a positive integer or a range like '1-4', not {value!r}")
-    if setting == "slurm.time_limit":
-        if integer and value >= 1:
-            return str(value)  # minutes
-        if isinstance(value, str) and _TIME.fullmatch(value):
-            return value
-        raise BatchSystemError(
-            f"setting {setting} must be minutes or [D-]HH:MM:SS as Slurm spells it, not {value!r}"
-        )
-    if isinstance(value, str) and _NAME.fullmatch(value):
-        return value
-    raise BatchSystemError(f"setting {setting} must be a Slurm name ([A-Za-z0-9_.+@-], comma-separated), not {value!r}")
 
 
 def parse_sbatch(stdout: str) -> str:
@@ -178,10 +120,7 @@ def parse_squeue(stdout: str, job_ids: Sequence[str]) -> dict[str, BatchJobStatu
         job_id, state = fields[0], fields[1].upper()
         # "CANCELLED+" or "CANCELLED by 0" in some versions: the word is what counts.
         state = re.sub(r"[^A-Z_].*$", "", state) or state
-        if state in FINISHED_STATES:
-            status = BatchJobStatus(state, finished=True, succeeded=FINISHED_STATES[state])
-        else:
-            status = BatchJobStatus(state, finished=False)
+        status = SlurmBatchSystem.status_of(state)
         seen[job_id] = status
         # An array job is listed by its tasks ("37_[1-3]", "37_2"): the array is unfinished while any task is.
         array = job_id.split("_", 1)[0]

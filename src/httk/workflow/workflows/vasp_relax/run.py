@@ -113,6 +113,7 @@ def prepare(a: Any) -> None:
             potcar_library=library or None,
             potcar_variants=option(a, "potcar_variants") or None,
             magnetic=bool(option(a, "magnetic")),
+            magnetic_moments=a.setting("vasp.magnetic_moments"),
         )
         prepared = prepare_vasp_inputs(workdir, options)
     except (OSError, ValueError) as error:  # every helper error (POSCAR, INCAR, POTCAR, workdir) is a ValueError

@@ -1,0 +1,135 @@
+"""The bulk-submit case: jobs per second of ``submit_many`` against the single-job path and a bare floor.
+
+``PYTHONPATH=src .venv/bin/python benchmarks/bulk_submit.py [--jobs 20000] [--rounds 2]``
+prints one Markdown table: for each case the min / median / max jobs per second over
+the rounds, and the median as a fraction of the floor measured in the same rounds.
+Every round uses fresh workspaces in a scratch directory (``--scratch``, default the
+system temp directory) on one filesystem. The payloads are what a campaign submits:
+one directory per job holding only ``job.json``, every job pinning one runner
+published to the workspace store.
+
+- **floor**: bare Python, no protocol: ``mkdir`` of a staging directory, one write of
+  the job.json bytes, ``rename`` into a placement directory, per job; nothing synced.
+- **prepare_job_payloads**: the payload directories written by the SDK's batch call.
+- **submit_many**: ``Workspace.submit_many`` of those payloads at one placement.
+- **submit, one at a time**: ``Workspace.submit`` per payload (``--single`` jobs; a
+  rate, so comparable with the batch).
+- **CLI**: ``httk workflow job submit WS --from-file LIST --placement P`` as a
+  subprocess, start-up included.
+
+Figures are wall clock on a shared machine; they are recorded in docs/benchmarks.md,
+never asserted by tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from httk.workflow import JobSpec, Workspace, prepare_job_payloads
+
+FLOOR = "floor: mkdir + write + rename per job (no sync)"
+
+
+def specs(count: int, sha256: str) -> list[JobSpec]:
+    return [JobSpec(name=f"job{index}", workflow="bench", runner_path="run.sh", runner_source="workspace",
+                    runner_sha256=sha256, tag="bench") for index in range(count)]
+
+
+def workspace(root: Path, durable: bool) -> tuple[Workspace, str]:
+    """A fresh workspace with the benchmark's runner published; the runner's digest."""
+    found = Workspace.init(root / "ws", durable=durable)
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    return found, str(found.publish_runner(root / "run.sh", "run.sh")["sha256"])
+
+
+def rate(count: int, function: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    function()
+    return count / (time.perf_counter() - start)
+
+
+def floor(root: Path, count: int, data: bytes) -> float:
+    staging, placement = root / "floor-tmp", root / "floor" / "bench" / "a"
+    staging.mkdir()
+    placement.mkdir(parents=True)
+
+    def run() -> None:
+        for index in range(count):
+            path = f"{staging}/{index}"
+            os.mkdir(path)
+            fd = os.open(f"{path}/job.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, data)
+            os.close(fd)
+            os.rename(path, f"{placement}/{index}")
+
+    return rate(count, run)
+
+
+def cases(root: Path, jobs: int, single: int, *, durable: bool, cli: bool) -> dict[str, float]:
+    """Every case of one durability in the fresh directory ``root``."""
+    label = "durable" if durable else "no-durable"
+    out: dict[str, float] = {}
+    found, sha256 = workspace(root, durable)
+    batch = [(root / "src" / f"p{index}", spec) for index, spec in enumerate(specs(jobs, sha256))]
+    out[f"prepare_job_payloads ({label})"] = rate(jobs, lambda: prepare_job_payloads(batch, durable=durable))
+    payloads = [str(path) for path, _ in batch]
+    out[f"submit_many ({label})"] = rate(jobs, lambda: found.submit_many(payloads, "bench/a"))
+    out[f"submit, one at a time ({label})"] = rate(
+        single, lambda: [found.submit(payload, "bench/b") for payload in payloads[:single]])
+    if cli:
+        listing = root / "list.txt"
+        listing.write_text("".join(f"{payload}\n" for payload in payloads))
+        command = [str(Path(sys.executable).parent / "httk"), "workflow", "job", "submit", str(root / "ws"),
+                   "--from-file", str(listing), "--placement", "bench/c"]
+        env = {**os.environ, "XDG_DATA_HOME": str(root / "xdg-data"), "XDG_CONFIG_HOME": str(root / "xdg-config")}
+        out[f"CLI job submit --from-file ({label})"] = rate(
+            jobs, lambda: subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env))
+    if durable:
+        out[FLOOR] = floor(root, jobs, (Path(payloads[0]) / "job.json").read_bytes())
+    return out
+
+
+def one_round(scratch: Path, jobs: int, single: int, cli: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for durable in (True, False):
+        root = Path(tempfile.mkdtemp(dir=scratch))
+        try:
+            out.update(cases(root, jobs, single, durable=durable, cli=cli))
+        finally:
+            shutil.rmtree(root)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20000, help="jobs per batch (default 20000)")
+    parser.add_argument("--single", type=int, default=1000, help="jobs submitted one at a time (default 1000)")
+    parser.add_argument("--rounds", type=int, default=2, help="fresh workspaces per case (default 2)")
+    parser.add_argument("--no-cli", dest="cli", action="store_false", help="skip the command-line case")
+    parser.add_argument("--scratch", help="directory for the workspaces (default: the system temp directory)")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="httk-bulk-", dir=args.scratch))
+    try:
+        rounds = [one_round(scratch, args.jobs, args.single, args.cli) for _ in range(args.rounds)]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    floor_median = statistics.median(found[FLOOR] for found in rounds)
+    print(f"{args.jobs} jobs per batch, {args.single} one at a time, {args.rounds} rounds; jobs/s\n")
+    print("| case | min | median | max | median / floor |\n| --- | --- | --- | --- | --- |")
+    for case in rounds[0]:
+        samples = [found[case] for found in rounds]
+        median = statistics.median(samples)
+        print(f"| {case} | {min(samples):.0f} | {median:.0f} | {max(samples):.0f} | {median / floor_median:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

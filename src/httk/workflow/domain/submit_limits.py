@@ -1,0 +1,116 @@
+"""How many managers may be submitted to a batch system: the site's limits against the request.
+
+Pure: a batch system reads its scheduler's limits into :class:`SubmitLimits`
+(Slurm: ``adapters/batch/slurm_limits``) and :func:`allowed_submissions` decides
+how many of the requested managers to submit, with the reason in words. The rule
+never submits more than the scheduler would accept (``MaxSubmitJobs`` less what
+is already queued), nothing to a partition that accepts no jobs, and nothing
+whose time limit exceeds the longest a job may ask for (such a job would be
+queued and never start). Spec: 000 "Running on a remote".
+"""
+
+from __future__ import annotations
+
+import attrs
+
+#: Partition states in which the scheduler refuses new jobs (Slurm's DRAIN and INACTIVE).
+CLOSED_STATES = frozenset({"DRAIN", "INACTIVE"})
+#: A partition state in which jobs are accepted but none starts until it is up again.
+DOWN_STATE = "DOWN"
+
+
+@attrs.frozen
+class SubmitLimits:
+    """What a scheduler reports about the jobs this user may still submit.
+
+    ``None`` means not reported (unlimited, or the scheduler could not tell).
+    ``max_submit`` is the smallest submit limit that applies (``MaxSubmitJobs`` of
+    the association or its QOS), named by ``max_submit_source``; ``queued`` counts
+    the user's jobs that limit already counts (pending and running, each array task
+    once). ``max_wall_seconds`` is the longest time limit a job may ask for there
+    (named by ``max_wall_source``), ``job_wall_seconds`` what the managers' script
+    asks for. ``notes`` say what could not be read, in words.
+    """
+
+    max_submit: int | None = None
+    max_submit_source: str = ""
+    max_jobs: int | None = None
+    max_jobs_source: str = ""
+    queued: int = 0
+    partition: str = ""
+    partition_state: str = ""
+    max_wall_seconds: int | None = None
+    max_wall_source: str = ""
+    job_wall_seconds: int | None = None
+    notes: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        """The limits as a JSON object (``null`` for what was not reported)."""
+        return {
+            "max_submit": self.max_submit,
+            "max_submit_source": self.max_submit_source or None,
+            "max_jobs": self.max_jobs,
+            "max_jobs_source": self.max_jobs_source or None,
+            "queued": self.queued,
+            "partition": self.partition or None,
+            "partition_state": self.partition_state or None,
+            "max_wall_seconds": self.max_wall_seconds,
+            "max_wall_source": self.max_wall_source or None,
+            "job_wall_seconds": self.job_wall_seconds,
+            "notes": list(self.notes),
+        }
+
+
+@attrs.frozen
+class Allowance:
+    """How many of ``requested`` managers to submit, why (one line of clauses), and what admits more."""
+
+    count: int
+    requested: int
+    reason: str
+    fix: str = ""
+
+
+def allowed_submissions(requested: int, limits: SubmitLimits) -> Allowance:
+    """``min(requested, max_submit - queued)``, or 0 where the partition or time limit refuses every job."""
+    if requested < 1:
+        raise ValueError(f"requested must be at least 1, not {requested}")
+    where = f"partition {limits.partition}" if limits.partition else "the partition"
+    if limits.partition_state.upper() in CLOSED_STATES:
+        return Allowance(0, requested, f"{where} is {limits.partition_state.upper()}: it accepts no new jobs",
+                         "choose another partition in the workspace's settings, or wait until it is UP")
+    if (limits.job_wall_seconds is not None and limits.max_wall_seconds is not None
+            and limits.job_wall_seconds > limits.max_wall_seconds):
+        asked, most = format_duration(limits.job_wall_seconds), format_duration(limits.max_wall_seconds)
+        return Allowance(0, requested, (
+            f"the time limit {asked} exceeds {limits.max_wall_source or 'the limit'} {most}: "
+            "the jobs would be queued and never start"
+        ), "lower the time limit in the workspace's settings")
+    clauses: list[str] = []
+    count = requested
+    if limits.max_submit is not None:
+        room = max(0, limits.max_submit - limits.queued)
+        count = min(requested, room)
+        source = limits.max_submit_source or "MaxSubmitJobs"
+        if count < requested:
+            clauses.append(f"{source} is {limits.max_submit} and {limits.queued} of your jobs are already queued")
+        else:
+            clauses.append(f"within {source} {limits.max_submit} ({limits.queued} already queued)")
+    else:
+        clauses.append("no submit limit reported")
+    clauses.extend(limits.notes)
+    if count and limits.partition_state.upper() == DOWN_STATE:
+        clauses.append(f"{where} is DOWN: the managers wait in the queue until it is up")
+    if count and limits.max_jobs is not None and limits.queued + count > limits.max_jobs:
+        clauses.append(f"at most {limits.max_jobs} run at once ({limits.max_jobs_source or 'MaxJobs'})")
+    fix = "wait until some of your queued jobs have finished" if count < requested else ""
+    return Allowance(count, requested, "; ".join(clauses), fix)
+
+
+def format_duration(seconds: int) -> str:
+    """``[D-]HH:MM:SS``, as Slurm spells a time limit."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{text}" if days else text

@@ -1,0 +1,281 @@
+"""Commands on a ``REMOTE:WS`` workspace: forwarded to the remote's httk, or a manager submitted there.
+
+One :class:`RemoteSession` is one remote's transport and batch system (one SSH
+connection) for everything a command does. :func:`run_forwarded` runs a command
+line there with its output streamed back as it comes; the local files it names are
+chosen by :func:`stage` and uploaded first into a private directory there, in which
+the command then runs, and which is removed afterwards
+(:mod:`~httk.workflow.operations.remote_staging`). :func:`manager_script` reads the
+remote workspace's path and settings there and composes a manager's batch script
+(:mod:`~httk.workflow.operations.manager_submission` submits it), and
+:func:`manager_jobs` asks the batch system about such jobs. The command line
+itself (which options the user gave, the ``--`` before the arguments) is the
+CLI's to spell.
+Spec: 000 "Running on a remote".
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from ..ports import BatchSystem, BatchSystemError, CommandResult, Filesystem, RemoteTransport, TransportError
+from .remote_staging import PREPARE, RESOLVE, Upload, launch_argv, remove_argv, staged_name, upload
+from .remotes import Remote, RemoteError, RemoteReference
+
+#: Receives a forwarded command's output, chunk by chunk, as it arrives.
+Sink = Callable[[bytes], None]
+
+
+@attrs.define
+class RemoteSession:
+    """One remote's transport and batch system for the length of one command.
+
+    Used as a context manager: a transport or batch-system failure inside it leaves
+    as the same one-line error with the remote's name in front, since the adapters
+    know only a host and port.
+    """
+
+    remote: Remote
+    transport: RemoteTransport
+    batch: BatchSystem
+
+    @property
+    def httk_command(self) -> list[str]:
+        words = shlex.split(str(self.remote.settings.get("httk_command", "httk")))
+        if not words:
+            raise RemoteError(f"remote {self.remote.name}: httk_command is blank; 'httk workflow remote configure "
+                              f"{self.remote.name} --set httk_command=' restores the default")
+        return words
+
+    @property
+    def timeout(self) -> float:
+        return float(self.remote.settings.get("command_timeout", 300))
+
+    def httk(self, args: Sequence[str]) -> CommandResult:
+        """Run ``httk ARGS`` there and capture its output; a missing httk is a one-line error."""
+        result = self.transport.run(launch_argv(self.httk_command, args), timeout=self.timeout)
+        if result.returncode == 127 and not result.stdout and not result.stderr:
+            raise self.no_httk()
+        return result
+
+    def stream_httk(self, args: Sequence[str], *, out: Sink, err: Sink, cwd: str = "", timeout: float | None) -> int:
+        """Run ``httk ARGS`` there (in ``cwd``), its output handed to ``out``/``err`` as it comes; its exit status."""
+        seen = False
+
+        def noting(write: Sink) -> Sink:
+            def hand(data: bytes) -> None:
+                nonlocal seen
+                seen = True
+                write(data)
+
+            return hand
+
+        code = self.transport.stream(
+            launch_argv(self.httk_command, args, cwd), out=noting(out), err=noting(err), timeout=timeout
+        )
+        if code == 127 and not seen:
+            raise self.no_httk()
+        return code
+
+    def no_httk(self) -> RemoteError:
+        """The refusal for a remote where the httk command cannot be found."""
+        name = self.remote.name
+        if "httk_command" in self.remote.chosen:
+            return RemoteError(f"remote {name}: cannot run httk_command {shlex.join(self.httk_command)!r} there; "
+                               f"fix it with 'httk workflow remote configure {name} --set httk_command=PATH' "
+                               f"(see 'httk workflow remote check {name}')")
+        return RemoteError(f"remote {name}: no httk there (not on PATH, nor in ~/.local/bin); install it there "
+                           f"('pipx install httk-workflow') or give its path with 'httk workflow remote configure "
+                           f"{name} --set httk_command=PATH'")
+
+    def batch_httk_command(self) -> list[str]:
+        """The httk words a batch script runs: httk_command as set, else the path ``httk`` resolves to there.
+
+        A batch job gets the environment of the non-interactive login that submitted it,
+        whose PATH need not hold ``~/.local/bin``: an absolute path does not depend on it.
+        """
+        if "httk_command" in self.remote.chosen:
+            return self.httk_command
+        result = self.transport.run(["sh", "-c", RESOLVE, "httk-workflow", self.httk_command[0]],
+                                    timeout=self.timeout)
+        if result.returncode != 0 or not result.stdout.strip():
+            raise self.no_httk()
+        return [result.stdout.strip(), *self.httk_command[1:]]
+
+    def prepare_uploads(self, reference: RemoteReference) -> tuple[str, str]:
+        """``(workspace, directory)``: the workspace's absolute path there ('' = unknown) and a new
+        private directory for uploads below its ``.httk-workflow/tmp`` (else the remote's ``$TMPDIR``)."""
+        path, registered = reference.path, ""
+        if "/" not in path and path not in (".", ".."):
+            # A name (or the default): the remote's registry knows its path.
+            for row in self.httk_json(["workflow", "workspace", "list", "--json"]):
+                if (row.get("name") == path) if path else row.get("default"):
+                    registered = str(row.get("path") or "")
+        result = self.transport.run(
+            ["sh", "-c", PREPARE, "httk-workflow", self.httk_command[0], path, registered], timeout=self.timeout
+        )
+        if result.returncode == 127 and not result.stderr:
+            raise self.no_httk()
+        lines = result.stdout.splitlines()
+        if result.returncode != 0 or len(lines) != 2:
+            raise RemoteError(f"remote {self.remote.name}: {remote_error_line(result)}; check the free space and "
+                              "permissions of the workspace's .httk-workflow/tmp and of $TMPDIR there")
+        return lines[0], lines[1]
+
+    def httk_json(self, args: Sequence[str]) -> Any:
+        """``httk ARGS`` there, which must succeed and print one JSON value."""
+        result = self.httk(args)
+        if result.returncode != 0:
+            raise RemoteError(f"remote {self.remote.name}: {remote_error_line(result)}")
+        try:
+            return json.loads(result.stdout)
+        except json.JSONDecodeError:
+            raise RemoteError(f"remote {self.remote.name}: httk {' '.join(args[:3])} printed no JSON; "
+                              f"compare its version with this machine's ('httk workflow remote check "
+                              f"{self.remote.name}')") from None
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __enter__(self) -> RemoteSession:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self.close()
+        if isinstance(exc, TransportError | BatchSystemError):
+            raise type(exc)(f"remote {self.remote.name}: {exc}") from None
+
+
+def remote_error_line(result: CommandResult) -> str:
+    """The remote command's ``error:`` line (or its first line of output), without the prefix."""
+    lines = [line.strip() for line in (result.stderr + "\n" + result.stdout).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("error:"):
+            return line[len("error:"):].strip()
+    return lines[0] if lines else f"exit status {result.returncode}"
+
+
+# -- uploads ---------------------------------------------------------------------------------------
+@attrs.frozen
+class LocalPath:
+    """A local file or payload a forwarded argument names: as spelled absolute, and with links resolved."""
+
+    absolute: str
+    real: str
+
+
+#: ``locate(path, kind)``: the local ``kind`` (``file``, or ``payload``: a directory holding job.json)
+#: that ``path`` names on this machine, or ``None``.
+Locate = Callable[[str, str], "LocalPath | None"]
+
+
+def stage(
+    text: str, *, kind: str, separator: str | None, required: bool, remote: str, uploads: list[Upload],
+    locate: Locate,
+) -> str:
+    """``text`` as the forwarded command spells it; a local ``kind`` it names is appended to ``uploads``.
+
+    With a ``separator`` the path follows it (``structure=POSCAR``). A value that names no
+    such local path is passed on unchanged, unless ``required``: then it is refused. A
+    symlinked payload is sent as the tree it names.
+    """
+    prefix, path = "", text
+    if separator is not None:
+        key, found_separator, rest = text.partition(separator)
+        if not found_separator:
+            return text
+        prefix, path = key + found_separator, rest
+    found = locate(path, kind)
+    if found is None:
+        if required:
+            what = "a payload directory (holding job.json)" if kind == "payload" else "a file"
+            raise RemoteError(f"{path}: not {what} on this machine; name the local {kind} to send to {remote}")
+        return text
+    destination = staged_name(path, found.absolute, len(uploads))
+    uploads.append(Upload(found.real, destination))
+    return prefix + destination
+
+
+def run_forwarded(
+    session: RemoteSession,
+    reference: RemoteReference,
+    command: Callable[[str], list[str]],
+    uploads: Sequence[Upload],
+    fs: Filesystem,
+    *,
+    timeout: float | None,
+    out: Sink,
+    err: Sink,
+    warn: Callable[[str], None],
+) -> int:
+    """Run ``command(workspace)`` (httk's arguments there) on the remote; its exit status.
+
+    ``workspace`` is how the remote workspace is spelled in that command line: as the
+    reference gave it, or, when there are ``uploads``, its absolute path there, since the
+    command then runs in the upload directory and a relative path must not move with it.
+    The upload directory is removed afterwards; failing to is a ``warn``, never a mask
+    over the command's own error.
+    """
+    if not uploads:
+        return session.stream_httk(command(reference.path), out=out, err=err, timeout=timeout)
+    workspace_path, directory = session.prepare_uploads(reference)
+    try:
+        upload(fs, session.transport, uploads, directory)
+        spelled = workspace_path if reference.path and workspace_path else reference.path
+        return session.stream_httk(command(spelled), cwd=directory, out=out, err=err, timeout=timeout)
+    finally:
+        _remove_quietly(session, directory, warn)
+
+
+def _remove_quietly(session: RemoteSession, directory: str, warn: Callable[[str], None]) -> None:
+    try:
+        result = session.transport.run(remove_argv(directory), timeout=session.timeout)
+        failed = result.returncode != 0
+    except TransportError:
+        failed = True
+    if failed:
+        warn(f"remote {session.remote.name}: could not remove {directory} there; remove it by hand")
+
+
+# -- managers submitted to the remote's batch system ------------------------------------------------
+@attrs.frozen
+class ManagerScript:
+    """The batch script of a manager for one remote workspace, and what it was composed from."""
+
+    #: The workspace's absolute path there: the batch job must not depend on the remote registry later.
+    workspace: str
+    settings: dict[str, Any]
+    script: str
+
+    @property
+    def workdir(self) -> str:
+        """Where the batch system runs it (and keeps its output): the workspace's ``.httk-workflow/batch``."""
+        return f"{self.workspace}/.httk-workflow/batch"
+
+
+def manager_script(
+    session: RemoteSession, reference: RemoteReference, manager_args: Sequence[str], workers: int | None
+) -> ManagerScript:
+    """Compose the batch script of a manager for the remote workspace from its settings there.
+
+    ``manager_args`` are the manager options as the user gave them; ``workers`` ``None``
+    lets the script take ``manager.workers`` from the remote workspace's settings.
+    """
+    target = ["--", reference.path] if reference.path else []
+    path = str(session.httk_json(["workflow", "workspace", "status", "--json", *target])["path"])
+    settings = session.httk_json(["workflow", "workspace", "settings", "show", "--json", "--", path])
+    script = session.batch.compose_script(path, settings, list(manager_args), session.batch_httk_command(),
+                                          workers=workers)
+    return ManagerScript(path, settings, script)
+
+
+def manager_jobs(session: RemoteSession, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """What the remote's batch system says about the manager jobs ``job_ids``: state, finished, succeeded."""
+    statuses = session.batch.status(list(job_ids))
+    return {job_id: {"state": s.state, "finished": s.finished, "succeeded": s.succeeded}
+            for job_id, s in statuses.items()}

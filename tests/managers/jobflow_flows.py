@@ -1,0 +1,111 @@
+"""Real jobflow flows for tests/managers/test_ops_jobflow.py (imported by the runners through PYTHONPATH)."""
+
+from __future__ import annotations
+
+from jobflow import Flow, Response, job
+
+
+@job
+def add(a: float, b: float) -> float:
+    return a + b
+
+
+@job
+def multiply(a: float, b: float) -> float:
+    return a * b
+
+
+@job
+def square(x: int) -> int:
+    return x * x
+
+
+@job
+def total(values: list[int]) -> int:
+    return sum(values)
+
+
+@job
+def fan_out(n: int) -> Response:
+    """Replaces itself, at run time, by ``n`` square jobs whose outputs become its output."""
+    squares = [square(i) for i in range(n)]
+    return Response(replace=Flow(squares, output=[each.output for each in squares], name="squares"))
+
+
+@job
+def explode(x: float) -> float:
+    raise ValueError(f"cannot handle {x}")
+
+
+@job
+def stopper(x: int) -> Response:
+    return Response(output=x, stop_children=True)
+
+
+@job(data=True)
+def big_list(n: int) -> list[int]:
+    """Its whole output goes to the additional store ``data`` (a blob), not into the output document."""
+    return list(range(n))
+
+
+@job
+def detouring(x: int) -> Response:
+    """Keeps its output, and inserts a square job its dependents wait for."""
+    return Response(output=x, detour=square(5))
+
+
+@job
+def adding(x: int) -> Response:
+    return Response(output=x, addition=Flow([square(6)], name="added"))
+
+
+@job
+def halt(x: int) -> Response:
+    return Response(output=x, stop_jobflow=True)
+
+
+def chain() -> Flow:
+    """Three jobs, each reading the previous one's output: (1 + 2) + 10, times 2."""
+    first = add(1, 2)
+    second = add(first.output, 10)
+    third = multiply(second.output, 2)
+    return Flow([first, second, third], name="chain")
+
+
+def dynamic() -> Flow:
+    """A job replaced by a flow decided at run time; a downstream job reads the replacement's output."""
+    fan = fan_out(3)
+    summed = total(fan.output)
+    return Flow([fan, summed], name="dynamic")
+
+
+def failing() -> Flow:
+    """One job raises (its dependent never runs); another stops its children (its dependent is skipped)."""
+    ok = add(1, 1)
+    bad = explode(ok.output)
+    after_bad = add(bad.output, 1)
+    stop = stopper(5)
+    after_stop = add(stop.output, 1)
+    return Flow([ok, bad, after_bad, stop, after_stop], name="failing")
+
+
+def diversions() -> Flow:
+    """A detour and an addition, each run (as a gathered sub-flow) before the job counts as finished."""
+    detour = detouring(1)
+    after = add(detour.output, 1)
+    addition = adding(2)
+    return Flow([detour, after, addition], name="diversions")
+
+
+def halting() -> Flow:
+    """A job that stops the whole flow: what has not run yet never runs."""
+    first = halt(7)
+    second = add(first.output, 1)
+    return Flow([first, second], name="halting")
+
+
+def stored() -> Flow:
+    """A job whose output lives in an additional store, read by a downstream job."""
+    values = big_list(5)
+    summed = total(values.output)
+    return Flow([values, summed], name="stored")

@@ -1,0 +1,92 @@
+"""Bulk submission on the real filesystem: the group-commit primitives, ``prepare_job_payloads`` and the facade."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from httk.workflow import JobSpec, Workspace, prepare_job_payload, prepare_job_payloads
+from httk.workflow.adapters.fs_posix import PosixFilesystem
+from httk.workflow.operations.submission import SubmissionError
+from httk.workflow.testing import InMemoryFilesystem
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for current, dirs, files in os.walk(root):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(current, name), root)] = None
+        for name in files:
+            path = os.path.join(current, name)
+            out[os.path.relpath(path, root)] = Path(path).read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["posix", "memory"])
+def test_sync_trees_and_fsync_dirs_sync_many_and_report_a_missing_name(kind, tmp_path):
+    fs = PosixFilesystem() if kind == "posix" else InMemoryFilesystem()
+    root = str(tmp_path) if kind == "posix" else "/fake"
+    paths = [f"{root}/t{index}/f" for index in range(40)]
+    for path in paths:
+        fs.write_atomic(path, b"x", durable=False)
+    fs.sync_trees([f"{root}/t{index}" for index in range(40)] + paths[:3])
+    fs.fsync_dirs([f"{root}/t{index}" for index in range(40)] + [root, os.path.dirname(root)])
+    fs.sync_trees([])
+    fs.fsync_dirs([])
+    with pytest.raises(FileNotFoundError):
+        fs.sync_trees([*paths, f"{root}/missing"])
+    with pytest.raises(FileNotFoundError):
+        fs.fsync_dirs([f"{root}/t0", f"{root}/missing"])
+    if kind == "memory":
+        fs.crash()  # what was synced survives
+        assert all(fs.read_bytes(path) == b"x" for path in paths)
+
+
+def specs(count: int) -> list[JobSpec]:
+    return [JobSpec(name=f"job{index}", workflow="w", runner_path="run.sh", tag="bulk") for index in range(count)]
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_prepare_job_payloads_writes_what_prepare_job_payload_writes(tmp_path, durable):
+    single = [prepare_job_payload(tmp_path / "one" / f"p{index}", spec, durable=durable)
+              for index, spec in enumerate(specs(5))]
+    many = prepare_job_payloads([(tmp_path / "many" / f"p{index}", spec) for index, spec in enumerate(specs(5))],
+                                durable=durable)
+    assert many == [tmp_path / "many" / f"p{index}" for index in range(5)]
+    assert tree(tmp_path / "many") == tree(tmp_path / "one") and len(single) == 5
+    # Identical bytes again are a no-op, as for one payload.
+    assert prepare_job_payloads([(path, spec) for path, spec in zip(many, specs(5), strict=True)]) == many
+
+
+def test_prepare_job_payloads_refuses_a_different_job_json_before_writing_any(tmp_path):
+    prepare_job_payload(tmp_path / "p3", specs(4)[0])
+    before = tree(tmp_path)
+    with pytest.raises(FileExistsError, match=r"p3/job.json: a different job.json already exists"):
+        prepare_job_payloads([(tmp_path / f"p{index}", spec) for index, spec in enumerate(specs(4))])
+    with pytest.raises(FileExistsError, match=r"p0/job.json: a different job.json"):
+        prepare_job_payloads([(tmp_path / "p0", specs(2)[0]), (tmp_path / "p0", specs(2)[1])])
+    assert tree(tmp_path) == before
+
+
+def test_workspace_submit_many_submits_in_order_and_refuses_writing_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    workspace = Workspace.init(tmp_path / "ws")
+    payloads = prepare_job_payloads([(f"src/p{index}", spec) for index, spec in enumerate(specs(6))])
+    for payload in payloads:
+        (payload / "run.sh").write_text("#!/bin/sh\n")
+    told: dict[str, int] = {}
+    markers = workspace.submit_many([f"src/p{index}" for index in range(6)], "camp/a",
+                                    progress=lambda phase, jobs: told.update({phase: told.get(phase, 0) + jobs}))
+    assert told == {"checking": 6, "reserving": 6, "copying": 6, "publishing": 6}
+    for index, marker in enumerate(markers):
+        job = tmp_path / "ws" / "camp/a" / str(marker.key)
+        assert (job / "job.json").read_bytes() == (payloads[index] / "job.json").read_bytes()
+        assert (tmp_path / "ws/.httk-workflow/state/submitted/camp/a" / marker.name).is_file()
+    assert os.listdir(tmp_path / "ws/.httk-workflow/tmp") == []
+    before = tree(tmp_path / "ws")
+    (payloads[4] / "job.json").unlink()
+    with pytest.raises(SubmissionError, match=r"src/p4/job.json: missing.*payload 5 of 6"):
+        workspace.submit_many(payloads, "camp/b")
+    assert tree(tmp_path / "ws") == before

@@ -1,0 +1,136 @@
+"""Forwarding a command to ``REMOTE:WS`` as plain functions: staging the local files, uploading, cleaning up.
+
+``stage`` decides how a forwarded argument is spelled there and what is uploaded;
+``run_forwarded`` runs the command (in a fresh upload directory when there are
+uploads) and removes that directory even when the command fails. A transport
+double stands in for the remote; the local files live on the in-memory filesystem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from httk.workflow.operations.forwarding import LocalPath, RemoteSession, run_forwarded, stage
+from httk.workflow.operations.remote_staging import Upload
+from httk.workflow.operations.remotes import Remote, RemoteError, RemoteReference, Template
+from httk.workflow.ports import CommandResult, TransportError
+from httk.workflow.testing import memory_ports
+
+
+def locate_in(found: dict[str, LocalPath]) -> Callable[[str, str], LocalPath | None]:
+    return lambda path, kind: found.get(f"{kind}:{path}")
+
+
+def test_a_relative_path_keeps_its_name_and_an_absolute_one_goes_below_upload():
+    uploads: list[Upload] = []
+    locate = locate_in({
+        "payload:p": LocalPath("/home/u/p", "/data/p"),
+        "file:/tmp/POSCAR": LocalPath("/tmp/POSCAR", "/tmp/POSCAR"),
+    })
+    assert stage("p", kind="payload", separator=None, required=True, remote="kappa", uploads=uploads,
+                 locate=locate) == "p"
+    assert stage("structure=/tmp/POSCAR", kind="file", separator="=", required=False, remote="kappa",
+                 uploads=uploads, locate=locate) == "structure=.upload/1/POSCAR"
+    # The symlinked payload is sent as the tree it names.
+    assert uploads == [Upload("/data/p", "p"), Upload("/tmp/POSCAR", ".upload/1/POSCAR")]
+
+
+def test_a_value_that_names_nothing_here_is_passed_on_unless_required():
+    uploads: list[Upload] = []
+    nothing = locate_in({})
+    assert stage("encut=520", kind="file", separator="=", required=False, remote="kappa", uploads=uploads,
+                 locate=nothing) == "encut=520"
+    assert stage("no-separator", kind="file", separator="=", required=False, remote="kappa", uploads=uploads,
+                 locate=nothing) == "no-separator"
+    with pytest.raises(RemoteError, match=r"^missing: not a payload directory \(holding job.json\) on this "
+                                          r"machine; name the local payload to send to kappa$"):
+        stage("missing", kind="payload", separator=None, required=True, remote="kappa", uploads=uploads,
+              locate=nothing)
+    assert uploads == []
+
+
+class StreamingTransport:
+    """A transport double: ``PREPARE`` answers with a workspace and a directory; ``stream`` exits ``code``."""
+
+    def __init__(self, code: int = 0, *, remove_fails: bool = False) -> None:
+        self.code, self.remove_fails = code, remove_fails
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None) -> CommandResult:
+        self.calls.append(list(argv))
+        if argv[:2] == ["sh", "-c"] and "mktemp" in argv[2]:
+            return CommandResult(0, "/there/ws\n/there/ws/.httk-workflow/tmp/httk-upload.1\n", "")
+        if argv[0] == "rm" and self.remove_fails:
+            raise TransportError("connection lost")
+        return CommandResult(0, "", "")
+
+    def stream(self, argv: Sequence[str], *, out: Callable[[bytes], None], err: Callable[[bytes], None],
+               timeout: float | None = None) -> int:
+        self.calls.append(["stream", *argv])
+        out(b"done\n")
+        return self.code
+
+    def put(self, local: str, remote: str) -> None:
+        self.calls.append(["put", local, remote])
+
+    def get(self, remote: str, local: str) -> None:
+        raise AssertionError("a forwarded command downloads nothing")
+
+    def close(self) -> None:
+        self.calls.append(["close"])
+
+
+def session(transport: StreamingTransport) -> RemoteSession:
+    template = Template("local", "this machine", "local", "local", {})
+    return RemoteSession(Remote("kappa", template, {}), transport, batch=None)  # type: ignore[arg-type]
+
+
+def test_uploads_go_to_a_fresh_directory_the_command_runs_in_and_it_is_removed_afterwards():
+    fs = memory_ports().fs
+    fs.makedirs("/here/p")
+    fs.write_atomic("/here/p/job.json", b"{}", durable=False)
+    transport = StreamingTransport(code=3)
+    seen: list[str] = []
+    warnings: list[str] = []
+
+    code = run_forwarded(
+        session(transport), RemoteReference("kappa", "rel/ws"), lambda ws: ["workflow", "job", "submit", "--", ws, "p"],
+        [Upload("/here/p", "p")], fs, timeout=5.0, out=lambda data: seen.append(data.decode()), err=seen.append,
+        warn=warnings.append,
+    )
+
+    assert code == 3 and seen == ["done\n"] and warnings == []
+    directory = "/there/ws/.httk-workflow/tmp/httk-upload.1"
+    puts = [call for call in transport.calls if call[0] == "put"]
+    assert puts == [["put", "/here/p/job.json", f"{directory}/p/job.json"]]
+    [streamed] = [call for call in transport.calls if call[0] == "stream"]
+    # In the upload directory, with the relative workspace spelled by its absolute path there.
+    assert directory in streamed and streamed[-2:] == ["/there/ws", "p"]
+    assert transport.calls[-1] == ["rm", "-rf", "--", directory]
+
+
+def test_a_directory_that_cannot_be_removed_is_a_warning_not_an_error():
+    fs = memory_ports().fs
+    fs.write_atomic("/POSCAR", b"Si", durable=False)
+    warnings: list[str] = []
+    code = run_forwarded(
+        session(StreamingTransport(remove_fails=True)), RemoteReference("kappa", "/there/ws"), lambda ws: ["x", ws],
+        [Upload("/POSCAR", "POSCAR")], fs, timeout=5.0, out=lambda data: None, err=lambda data: None,
+        warn=warnings.append,
+    )
+    assert code == 0
+    assert warnings == ["remote kappa: could not remove /there/ws/.httk-workflow/tmp/httk-upload.1 there; "
+                        "remove it by hand"]
+
+
+def test_without_uploads_the_command_runs_in_the_login_directory_as_spelled():
+    transport = StreamingTransport()
+    code = run_forwarded(
+        session(transport), RemoteReference("kappa", "runs"), lambda ws: ["workflow", "job", "list", "--", ws],
+        [], memory_ports().fs, timeout=None, out=lambda data: None, err=lambda data: None, warn=print,
+    )
+    assert code == 0
+    [streamed] = transport.calls
+    assert streamed[0] == "stream" and streamed[-1] == "runs" and "/there/ws" not in streamed
