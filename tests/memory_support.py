@@ -6,14 +6,15 @@ A whole manager in memory comes from :mod:`httk.workflow.testing` (``memory_work
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from httk.workflow.domain.frames import StateFrame
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.operations.fsck import Fsck
 from httk.workflow.protocol import JobSpec
-from httk.workflow.store.workspaces import WorkspaceHandle
-from httk.workflow.testing import MEMORY_ROOT, InMemoryFilesystem
+from httk.workflow.store.workspaces import WorkspaceHandle, WorkspaceService
+from httk.workflow.testing import MEMORY_ROOT, InMemoryFilesystem, SimulatedCrash, memory_manager
 
 ROOT = MEMORY_ROOT
 
@@ -44,3 +45,32 @@ def frame_of(handle: WorkspaceHandle, kind: StateKind) -> StateFrame | None:
 
 def fsck_problems(handle: WorkspaceHandle) -> list[Any]:
     return Fsck(handle).run()["problems"]
+
+
+def crash_first_run(handle: WorkspaceHandle, runner: Callable[[Any], int], points: int) -> tuple[WorkspaceHandle, bool]:
+    """Run manager ``m-a`` until its first launch has run, then crash it ``points`` filesystem operations later.
+
+    The filesystem loses what was not synced, the workspace is opened afresh and the clock
+    passes every lease; returns the fresh handle and whether the crash point was reached
+    (False: the run ended first). A second manager is the caller's to start.
+    """
+    fs = handle.ports.fs
+    armed = [False]
+
+    def behaviour(launch: Any) -> int:
+        status = runner(launch)
+        if not armed[0]:  # only the first launch: a later one would move the crash point
+            armed[0] = True
+            fs.sync_tree(ROOT)
+            fs.arm_crash(points)
+        return status
+
+    try:
+        memory_manager(handle, behaviour, manager_id="m-a", lease_seconds=10.0).run()
+        crashed = False
+    except SimulatedCrash:
+        crashed = True
+    fs.crash()
+    fresh = WorkspaceService(handle.ports).open(ROOT)
+    handle.ports.clock.advance(1000.0)
+    return fresh, crashed

@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,7 +40,7 @@ IO_MODULES = {
     "select", "selectors", "signal", "threading", "multiprocessing", "asyncio", "glob", "fcntl",
     "secrets", "datetime", "logging", "sys", "importlib", "ctypes", "platform", "getpass", "pwd",
 }
-AMBIENT = {"time", "subprocess", "socket"}
+AMBIENT = {"time", "subprocess", "socket", "datetime"}
 #: The ambient imports runner-side modules still need, each for a program the step asked to run
 #: with pipes, its own session and inherited stdio (the manager's gated launch is another thing).
 RUNNER_AMBIENT = {
@@ -49,7 +50,19 @@ RUNNER_AMBIENT = {
 }
 #: Runner-side modules that build the adapters they publish, time and signal through: a runner
 #: process runs outside the manager's composition root.
-RUNNER_ROOTS = {"sdk", "runtime", "outcome", "protocol", "supervision", "runtime_utils", "vasp._io"}
+RUNNER_ROOTS = {"sdk", "runtime", "outcome", "protocol", "supervision", "runtime_utils", "vasp._io",
+                "languages.v1_runner"}
+#: ``languages/`` is no room: each module is one of three kinds. The pure helpers (no I/O module,
+#: no adapter, nothing runner-side) are the only ones ``store/``, ``engine/`` and ``operations/``
+#: import; ``installation`` asks this interpreter (the CLI and the composition roots use it); the
+#: runner side runs inside attempts (it builds adapters through the ``RUNNER_ROOTS`` it is among, or
+#: the SDK's).
+LANGUAGE_PURE = {"languages.__init__", "languages.realization", "languages.v1_format", "languages.jobflow_codec"}
+LANGUAGE_INSTALLATION = {"languages.installation"}
+LANGUAGE_RUNNER_SIDE = {"languages.jobflow_runner", "languages.v1_runner", "languages.jobflow.run",
+                        "languages.httk_v1.run"}
+#: What a pure ``languages/`` helper may import of this package besides its pure siblings.
+LANGUAGE_PURE_MAY_IMPORT = ("httk.workflow.protocol", "httk.workflow.domain")
 #: ``os`` calls that publish, sync or signal: the risky code the adapters hold once.
 PRIMITIVES = {"rename", "renames", "replace", "link", "fsync", "fdatasync", "killpg", "waitid"}
 
@@ -229,6 +242,63 @@ def test_the_runner_side_lists_name_real_modules() -> None:
     assert set(RUNNER_AMBIENT) | RUNNER_ROOTS <= names
 
 
+def language_module_of(module: str) -> str | None:
+    """The ``languages.…`` scan name of an imported ``httk.workflow.languages…`` module, else ``None``."""
+    if module != "httk.workflow.languages" and not module.startswith("httk.workflow.languages."):
+        return None
+    name = module.removeprefix("httk.workflow.")
+    return "languages.__init__" if name == "languages" else name
+
+
+def language_layering_problems(modules: Mapping[str, set[str]]) -> list[str]:
+    """``module: problem`` for every import that crosses the ``languages/`` kinds' lines."""
+    problems = []
+    for name, imported in modules.items():
+        for module in imported:
+            target = language_module_of(module)
+            if name.startswith(("store.", "engine.", "operations.")) and target is not None \
+                    and target not in LANGUAGE_PURE:
+                problems.append(f"{name}: imports {module}, which is not a pure languages/ helper")
+            if name not in LANGUAGE_PURE:
+                continue
+            if target is not None and target not in LANGUAGE_PURE:
+                problems.append(f"{name}: a pure helper imports {module}")
+            elif target is None and module.startswith("httk.") and not module.startswith(LANGUAGE_PURE_MAY_IMPORT):
+                problems.append(f"{name}: a pure helper imports {module}")
+            elif module.split(".")[0] in IO_MODULES:
+                problems.append(f"{name}: a pure helper imports the I/O module {module}")
+    return problems
+
+
+def test_every_languages_module_is_of_one_kind() -> None:
+    found = {name for name in _ids() if name.startswith("languages.")}
+    kinds = (LANGUAGE_PURE, LANGUAGE_INSTALLATION, LANGUAGE_RUNNER_SIDE)
+    assert found == set().union(*kinds), "name each languages/ module's kind in tests/test_layering.py"
+    assert sum(len(kind) for kind in kinds) == len(found), "a languages/ module is listed as two kinds"
+
+
+def test_services_import_only_the_pure_languages_helpers() -> None:
+    assert language_layering_problems({name: imports_of(path, name) for name, path in ALL}) == []
+
+
+def test_the_languages_rule_can_fail() -> None:
+    modules = {
+        "operations.language_jobs": {"httk.workflow.languages.jobflow_runner", "httk.workflow.languages.realization"},
+        "operations.precheck": {"httk.workflow.languages.installation"},
+        "languages.realization": {"importlib.util", "attrs", "httk.workflow.sdk"},
+        "languages.v1_format": {"httk.workflow.languages.v1_runner", "httk.workflow.protocol"},
+        "cli.language_cmds": {"httk.workflow.languages.installation"},
+    }
+    assert sorted(language_layering_problems(modules)) == [
+        "languages.realization: a pure helper imports httk.workflow.sdk",
+        "languages.realization: a pure helper imports the I/O module importlib.util",
+        "languages.v1_format: a pure helper imports httk.workflow.languages.v1_runner",
+        "operations.language_jobs: imports httk.workflow.languages.jobflow_runner, which is not a pure "
+        "languages/ helper",
+        "operations.precheck: imports httk.workflow.languages.installation, which is not a pure languages/ helper",
+    ]
+
+
 def test_the_layering_scan_can_fail(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import os\nfrom ..adapters import fs_posix\n", encoding="utf-8")
@@ -345,3 +415,32 @@ def test_the_caller_rule_can_fail() -> None:
     assert uncalled_domain_functions(sources) == [
         "domain.rules.lonely", "domain.rules.orphan", "domain.rules.tested_only", "domain.rules.self_only",
     ]
+
+
+#: A test reaches our objects through public members only: ``name._member`` outside ``self``/``cls``
+#: (and the stdlib's own underscore API) is a test that breaks on every refactoring.
+PRIVATE_ACCESS = re.compile(r"\b(?!self\b|cls\b|os\b|sys\b)[A-Za-z_][A-Za-z0-9_]*\._(?!_)[a-z][a-z0-9_]*\b")
+STDLIB_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_exit", "_getframe", "_current_frames"}
+
+
+def private_accesses(text: str) -> list[str]:
+    """``line: name._member`` for every private member a source spells outside strings."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        code = re.sub(r"(\"[^\"]*\"|'[^']*')", "''", line.split("#", 1)[0])
+        for match in PRIVATE_ACCESS.finditer(code):
+            if "." + match.group(0).rsplit(".", 1)[1] not in {"." + name for name in STDLIB_UNDERSCORE}:
+                found.append(f"{number}: {match.group(0)}")
+    return found
+
+
+def test_tests_reach_our_objects_through_public_members_only() -> None:
+    tests = Path(__file__).resolve().parent
+    found = {str(path.relative_to(tests)): hits for path in sorted(tests.rglob("*.py"))
+             if (hits := private_accesses(path.read_text(encoding="utf-8")))}
+    assert found == {}
+
+
+def test_the_private_access_scan_can_fail() -> None:
+    assert private_accesses("cursor = discovery._cursors[kind]\nx = self._y\npoint._replace(x=1)\n") == [
+        "1: discovery._cursors"]

@@ -381,46 +381,20 @@ if __name__ == "__main__":
     raise SystemExit(run.main())
 """
 
+#: The seed spellings of SEED_PYTHON and their httk-workflow 2.1 replacements (spec 001 "2.1 spellings").
+SPELLINGS_21_PYTHON = {"a.input(": "a.parameter(", "a.inputs[": "a.parameters[", "inputs={": "parameters={"}
+
+
+def respell(text: str, renames: dict[str, str]) -> str:
+    """``text`` with every seed spelling of ``renames`` replaced; each one must occur, so none is missed silently."""
+    for seed, spelled in renames.items():
+        assert seed in text, f"the seed runner no longer uses {seed!r}"
+        text = text.replace(seed, spelled)
+    return text
+
+
 #: The same runner as SEED_PYTHON, written in the httk-workflow 2.1 spellings.
-SPELLED_21_PYTHON = """\
-from httk.workflow import ChildSpec, Runner
-
-run = Runner("greeter")
-
-
-@run.step
-def start(a):
-    a.log.append("note", f"{a.parameter('greeting')}: one child")
-    a.spawn(ChildSpec(step="work", parameters={"name": "alpha", "size": 2}), label="kid")
-    a.gather("collect")
-
-
-@run.step
-def collect(a):
-    a.advance("done", state={"child": a.children["kid"].label, "greeting": a.parameter("greeting"),
-                             "level": a.parameters["level"], "missing": a.parameter("missing", "none")})
-
-
-@run.step
-def done(a):
-    a.log.append("note", f"done after {a.state['child']}")
-    a.succeed()
-
-
-@run.step
-def work(a):
-    a.advance("finish", state={"name": a.parameter("name"), "size": a.parameter("size")})
-
-
-@run.step
-def finish(a):
-    a.log.append("note", f"{a.state['name']} finished")
-    a.succeed()
-
-
-if __name__ == "__main__":
-    raise SystemExit(run.main())
-"""
+SPELLED_21_PYTHON = respell(SEED_PYTHON, SPELLINGS_21_PYTHON)
 
 SEED_BASH = r"""#!/usr/bin/env bash
 set -euo pipefail

@@ -11,8 +11,10 @@ echo "== submitted campaign job $job"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cp "$here/POSCAR" "$scratch/POSCAR"
-relax=$(cd "$scratch" && httk workflow job new "$workspace" --workflow vasp-relax --input structure=POSCAR --tag silicon-demo 2>/dev/null)
-echo "== submitted vasp-relax job $relax"
+# stderr is not hidden: under set -e a failing 'job new' stops the demo, and its error must show. (Its
+# warning that vasp.command is unset is expected: the run below supplies it.)
+relax=$(cd "$scratch" && httk workflow job new "$workspace" --workflow vasp-relax --input structure=POSCAR --tag silicon-demo)
+echo "== submitted vasp-relax job $relax (vasp.command comes from HTTK_VASP_COMMAND when it runs)"
 # A deployment override (the HTTK_* layer) rather than a workspace setting, so the
 # demo never changes the vasp.command of your default workspace.
 HTTK_VASP_COMMAND="python -m httk.workflow.testing.mock_vasp" httk workflow run "$workspace" --workers 2
@@ -23,3 +25,16 @@ echo "== results: $workdir/campaign.json"
 cat "$workdir/campaign.json"; echo
 echo "== vasp-relax job:"
 httk workflow job show "$workspace" "$relax"
+cat <<'NEXT'
+
+== what to try next
+httk is in .venv/bin, which is not on your PATH: run '.venv/bin/httk ...', or first
+  source .venv/bin/activate
+then, for example:
+  httk workflow workspace status
+  httk workflow job list --kind succeeded
+and the campaign's dashboard (its charts need the report extra):
+  pip install -e '.[report]'
+  httk workflow workspace report --out campaign-report
+  xdg-open campaign-report/index.html
+NEXT

@@ -17,6 +17,7 @@ import pytest
 
 from httk.workflow.adapters.process import GATE_CLOSED_STATUS, LocalProcessControl
 from httk.workflow.ports import ProcessIdentity
+from runner_support import group_members
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
@@ -130,20 +131,6 @@ def test_fileno_without_pidfd_raises(tmp_path):
         process.fileno()
     process.abandon()
     assert process.wait() == GATE_CLOSED_STATUS
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                raw = Path(f"/proc/{name}/stat").read_bytes()
-            except OSError:
-                continue
-            fields = raw[raw.rindex(b")") + 2 :].split()
-            if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-                members.append(int(name))
-    return members
 
 
 def test_signal_group_stops_child_and_grandchild(control, tmp_path):

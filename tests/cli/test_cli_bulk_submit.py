@@ -6,25 +6,20 @@ line); a refusal is one ``error:`` line with exit 2 and the workspace tree uncha
 
 from __future__ import annotations
 
+import errno
 import io
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from dependency_injector import providers
 
+from disk_support import names_below as tree
+from httk.workflow.adapters.fs_posix import PosixFilesystem
 from httk.workflow.cli import bulk_submit
 from httk.workflow.cli.context import AppContext
 from httk.workflow.cli.main import httk
-
-
-def tree(path: str | Path) -> list[str]:
-    out = []
-    for current, dirs, files in os.walk(path):
-        for name in dirs + files:
-            out.append(os.path.relpath(os.path.join(current, name), path))
-    return sorted(out)
 
 
 @pytest.fixture
@@ -107,12 +102,46 @@ class Terminal(io.StringIO):
 
 def test_the_progress_bar_is_drawn_on_a_terminal_only(monkeypatch):
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    with bulk_submit._progress_bar(3) as progress:
+    with bulk_submit.progress_bar(3) as progress:
         assert progress is None
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    with bulk_submit._progress_bar(3) as progress:
+    with bulk_submit.progress_bar(3) as progress:
         for phase in ("checking", "reserving", "copying", "publishing"):
             progress(phase, 3)
     drawn = terminal.getvalue()
     assert "publishing" in drawn and "12/12" in drawn
+
+
+class MarkersRunOut(PosixFilesystem):
+    """A disk that fills up after ``room`` more markers."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def create_empty(self, path: str, *, durable: bool) -> None:
+        if "/state/submitted/" in path:
+            self.room -= 1
+            if self.room < 0:
+                raise OSError(errno.ENOSPC, "No space left on device", path)
+        super().create_empty(path, durable=durable)
+
+
+def test_a_batch_that_fails_part_way_prints_its_jobs_and_exits_1_not_2(cli, workspace, payloads):
+    """Exit 2 says nothing was written; here the first jobs exist, so the batch exits 1."""
+    cli.container.fs.override(providers.Object(MarkersRunOut(room=2)))
+    cli.container.ports.reset()
+    cli.container.workspaces.reset()
+    result = cli("job", "submit", workspace, *map(str, payloads), "--placement", "camp/a", code=1)
+    keys = result.stdout.split()
+    assert len(keys) == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: cannot submit {payloads[2]} at placement 'camp/a': No space left on device")
+    assert line.endswith("the first 2 of 4 jobs were submitted, the other 2 were not (submit those payloads again)")
+    cli.container.fs.reset_override()
+    cli.container.ports.reset()
+    cli.container.workspaces.reset()
+    assert sorted(job["job_key"] for job in listed(cli, workspace)) == sorted(keys)
+    assert sorted(path.name for path in (Path(workspace) / "camp/a").iterdir()) == sorted(keys)
+    assert "1  a batch failed part way" in cli("job", "submit", "--help").stdout

@@ -120,3 +120,25 @@ def test_the_cli_does_not_import_the_backends_dependency_injector_would_load():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[]", "ok"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("yaml") is None, reason="PyYAML is not installed")
+def test_a_thread_importing_yaml_while_the_composition_root_loads_is_not_refused():
+    # An SDK program may import bootstrap lazily (workspace.py) while another of its threads imports yaml;
+    # the import-time trick that keeps yaml out must then stay out of the way: with a second thread alive,
+    # dependency-injector is imported plainly (and loads yaml as it always does), so no import can be refused.
+    # (A thread that re-imports yaml in a loop meanwhile reproduced the refusal, but racing deletions of
+    # sys.modules can deadlock the import locks; the rule is checked here deterministically instead.)
+    probe = (
+        "import sys, threading\n"
+        "stop = threading.Event()\n"
+        "thread = threading.Thread(target=stop.wait)\n"
+        "thread.start()\n"
+        "import httk.workflow.bootstrap\n"
+        "stop.set()\n"
+        "thread.join()\n"
+        "print('yaml' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
+from disk_support import disk_snapshot as tree
 from httk.workflow.domain.lifecycle import Event
 from httk.workflow.store.journal import RecordRef, segment_path
-
-
-def tree(path: str | Path) -> dict[str, bytes | None]:
-    out: dict[str, bytes | None] = {}
-    for current, dirs, files in os.walk(path):
-        for name in dirs:
-            out[os.path.relpath(os.path.join(current, name), path)] = None
-        for name in files:
-            full = os.path.join(current, name)
-            out[os.path.relpath(full, path)] = Path(full).read_bytes()
-    return out
 
 
 @pytest.fixture

@@ -143,3 +143,55 @@ def test_the_campaign_commands_show_a_whole_example_command_line(path):
     # Every line of the block is a whole command: none was rewrapped at the terminal width.
     prefix = "httk workflow " + " ".join(path)
     assert block and all(line == prefix or line.startswith(prefix + " ") for line in block), block
+
+
+def _resolves(words: list[str]) -> bool:
+    """Whether ``httk workflow WORDS...`` reaches a command that is not a group (options and arguments may follow)."""
+    command: click.Command | None = workflow
+    for word in words:
+        if not isinstance(command, click.Group):
+            return True
+        command = child(command, word)
+        if command is None:
+            return False
+    return not isinstance(command, click.Group)
+
+
+LEAVES = [(root_name, path) for root_name, root in (("httk", httk), ("httk-taskmanager", taskmanager))
+          for path, command in walk(root) if not isinstance(command, click.Group) and not command.hidden]
+
+
+@pytest.mark.parametrize(("root_name", "path"), LEAVES, ids=lambda value: " ".join(value) if isinstance(value, tuple)
+                         else value)
+def test_every_command_help_shows_an_example_of_itself(root_name, path):
+    """Each help page has an ``Example(s):`` block; every line is ``httk workflow`` and a command that exists.
+
+    One of them runs the very command (an alias shows the canonical spelling). A hidden
+    command (``transfer-remote``, run by ``transfer`` itself) is not for people.
+    """
+    root = httk if root_name == "httk" else taskmanager
+    result = CliRunner().invoke(root, [*path, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    starts = [index for index, line in enumerate(lines) if line.strip() in ("Example:", "Examples:")]
+    assert starts, f"'{root_name} {' '.join(path)} --help' shows no example"
+    block = []
+    for line in lines[starts[0] + 1:]:
+        if not line.strip():
+            break
+        block.append(line.split("#")[0].split())
+    assert block and all(words[:2] == ["httk", "workflow"] and _resolves(words[2:]) for words in block), block
+    command = root
+    for name in path:
+        command = child(command, name)
+    canonical = [words for words in block if _target(words[2:]) is command]
+    assert canonical, f"no example of {root_name} {' '.join(path)} runs that command: {block}"
+
+
+def _target(words: list[str]) -> click.Command | None:
+    command: click.Command | None = workflow
+    for word in words:
+        if not isinstance(command, click.Group):
+            break
+        command = child(command, word)
+    return command

@@ -94,6 +94,12 @@ def test_list_filters_by_kind_and_placement_prefix(cli, workspace, jobs):
     assert "invalid placement" in cli("job", "list", workspace, "--placement", "../x", code=2).stderr
 
 
+def test_collect_accepts_json_as_the_explicit_spelling_of_its_output(cli, workspace, jobs):
+    plain = cli("collect", workspace, "--kind", "submitted").stdout
+    assert cli("collect", workspace, "--kind", "submitted", "--json").stdout == plain
+    assert len([json.loads(line) for line in plain.splitlines()]) == 3
+
+
 def test_show_by_uuid_key_and_prefixes(cli, workspace, jobs):
     key = jobs["si-a"]
     job_id = key.split("--", 1)[1]

@@ -22,16 +22,8 @@ import pytest
 
 from httk.workflow.protocol import JobSpec, prepare_job_payload
 from httk.workflow.workspace import Workspace
+from runner_support import HTTK, PRELUDE, SUCCEED
 
-HTTK = str(Path(sys.executable).parent / "httk")
-PRELUDE = r"""set -u
-publish() {
-  d="$HTTK_WORKFLOW_CONTROL_DIR/outcome.tmp.$$"; mkdir -p "$d"
-  printf '{"format":"httk-workflow-outcome","format_version":1,%s}\n' "$1" > "$d/outcome.json"
-  mv "$d" "$HTTK_WORKFLOW_CONTROL_DIR/outcome.ready"
-}
-"""
-SUCCEED = """publish '"action":"succeed"'"""
 FAIL = """publish '"action":"fail","failure":{"code":"bad_input","message":"no POSCAR"}'"""
 
 

@@ -81,7 +81,8 @@ def test_an_unknown_slurm_setting_is_refused_with_the_known_ones(cli, workspace)
     stderr = refused(cli, workspace, "workspace", "settings", "set", workspace, "slurm.partiton", "batch")
     assert stderr == (
         "error: unknown Slurm setting 'slurm.partiton'; the slurm.* settings are the batch directives "
-        "slurm.account, slurm.cpus_per_task, slurm.nodes, slurm.partition, slurm.reservation, slurm.time_limit\n"
+        "slurm.account, slurm.cpus_per_task, slurm.nodes, slurm.partition, slurm.qos, slurm.reservation, "
+        "slurm.time_limit\n"
     )
 
 

@@ -14,16 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from disk_support import names_below as tree
 from httk.workflow.protocol import JobSpec, prepare_job_payload
-
-
-def tree(path: str | Path) -> list[str]:
-    """Every name below ``path``, relative to it."""
-    out = []
-    for current, dirs, files in os.walk(path):
-        for name in dirs + files:
-            out.append(os.path.relpath(os.path.join(current, name), path))
-    return sorted(out)
 
 
 def one_error_line(stderr: str) -> str:
@@ -111,8 +103,23 @@ def test_a_pinned_workspace_runner_the_store_lacks_is_refused_with_the_publish_c
     result = cli("job", "submit", workspace, str(payload), "--placement", "p", code=2)
     error = one_error_line(result.stderr)
     assert "'relax.py'" in error and "ab" * 32 in error
-    assert f"httk workflow runner publish ./relax.py --workspace {workspace} --name relax.py" in error
+    # No file of that digest is at hand: a placeholder said to be it, not an invented './relax.py'.
+    assert f"'httk workflow runner publish FILE --workspace {workspace} --name relax.py' (FILE: the runner" in error
+    assert "./relax.py" not in error
     assert "--allow-missing-runner" in error
+    assert tree(workspace) == before
+
+
+def test_the_publish_command_names_the_payloads_file_of_the_pinned_digest(cli, workspace, tmp_path):
+    """A job pinning runner 'run.sh' made from the user's trivial.sh: the command publishes trivial.sh as run.sh."""
+    body = b"#!/bin/sh\necho trivial\n"
+    payload = workspace_payload(tmp_path / "payload", hashlib.sha256(body).hexdigest(), name="run.sh")
+    (payload / "trivial.sh").write_bytes(body)
+    (payload / "other.sh").write_bytes(b"#!/bin/sh\n")
+    before = tree(workspace)
+    error = one_error_line(cli("job", "submit", workspace, str(payload), "--placement", "p", code=2).stderr)
+    assert f"'httk workflow runner publish {payload}/trivial.sh --workspace {workspace} --name run.sh'" in error
+    assert "./run.sh" not in error
     assert tree(workspace) == before
 
 
@@ -120,7 +127,7 @@ def test_allow_missing_runner_accepts_with_one_warning_line(cli, workspace, tmp_
     payload = workspace_payload(tmp_path / "payload", "ab" * 32)
     result = cli("job", "submit", workspace, str(payload), "--placement", "p", "--allow-missing-runner")
     assert result.stderr.startswith("warning: ") and result.stderr.count("\n") == 1
-    assert "httk workflow runner publish ./relax.py" in result.stderr and "runner_unavailable" in result.stderr
+    assert "httk workflow runner publish FILE" in result.stderr and "runner_unavailable" in result.stderr
     key = result.stdout.strip()
     assert (Path(workspace) / "p" / key / "job.json").is_file()
 

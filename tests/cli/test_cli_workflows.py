@@ -138,11 +138,11 @@ def test_job_new_refuses_bad_input_and_writes_nothing(cli, workspace, here, args
 def test_job_new_stages_the_structure_and_pins_the_published_runner(cli, workspace, here):
     result = cli("job", "new", workspace, "--workflow", "vasp-relax", "--input", "structure=POSCAR", "--tag",
                  "silicon", "--input", "incar={\"ENCUT\": 600}")
-    job_id = result.stdout.strip()
+    key = result.stdout.strip()  # the tag--uuid key, the form 'job submit' prints
     assert "no setting vasp.command" in result.stderr  # a warning, since the job may be transferred first
-    report = cli.json("job", "show", workspace, job_id)
+    report = cli.json("job", "show", workspace, key)
     assert report["kind"] == "submitted" and report["placement"] == "vasp-relax"
-    assert report["job_key"] == f"silicon--{job_id}"
+    assert key == report["job_key"] == f"silicon--{report['job_id']}"
     payload = Path(report["paths"]["payload"])
     assert (payload / "POSCAR").read_text() == SI_POSCAR
     spec = json.loads((payload / "job.json").read_text())

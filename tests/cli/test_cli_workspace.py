@@ -46,6 +46,17 @@ def test_init_refuses_a_file(cli, tmp_path):
     assert "not a directory" in result.stderr
 
 
+@pytest.mark.parametrize("args", [("Runs",), ("ok", "--name", "Bad Name")])
+def test_init_refuses_an_invalid_name_before_writing_anything(cli, tmp_path, args):
+    # The directory's basename is the default name: 'Runs' is not a valid tag.
+    result = cli("workspace", "init", str(tmp_path / args[0]), *args[1:], code=2)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "invalid workspace name" in result.stderr
+    if len(args) == 1:
+        assert "--name NAME" in result.stderr and "--name runs" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_status_on_a_non_workspace_is_one_error_line(cli, tmp_path):
     result = cli("workspace", "status", str(tmp_path), code=2)
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
@@ -149,3 +160,13 @@ def test_omitted_workspace_uses_the_default_created_on_first_use(cli, tmp_path, 
 )
 def test_json_output_is_one_value(cli, workspace, args):
     json.loads(cli(*(arg.format(ws=workspace) for arg in args)).stdout)
+
+
+def test_status_at_before_the_workspace_existed_says_so(cli, workspace):
+    """All zeros at an instant before creation is no finding about the jobs: the line says why."""
+    text = cli("workspace", "status", workspace, "--at", "@1000000000").stdout
+    assert "before this workspace was created (" in text.splitlines()[0]
+    assert cli.json("workspace", "status", workspace, "--at", "@1000000000")["before_creation"] is True
+    later = cli.json("workspace", "status", workspace, "--at", "@4000000000")
+    assert later["before_creation"] is False
+    assert "before this workspace" not in cli("workspace", "status", workspace, "--at", "@4000000000").stdout

@@ -130,6 +130,38 @@ def test_rename_reports_a_vanished_source(env):
     assert not fs.exists(f"{root}/x")
 
 
+def test_exchange_swaps_two_directories(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/old/report.json", b"old", durable=False)
+    fs.write_atomic(f"{root}/.new/report.json", b"new", durable=False)
+    fs.write_atomic(f"{root}/.new/extra", b"e", durable=False)
+    fs.exchange(f"{root}/.new", f"{root}/old", durable=True)
+    assert fs.read_bytes(f"{root}/old/report.json") == b"new"
+    assert names(fs, f"{root}/old") == ["extra", "report.json"]
+    assert names(fs, f"{root}/.new") == ["report.json"]
+    assert fs.read_bytes(f"{root}/.new/report.json") == b"old"
+    assert names(fs, root) == [".new", "old"]  # nothing parked beside them
+
+
+def test_exchange_swaps_a_file_and_a_directory_across_directories(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/a/name", b"file", durable=False)
+    fs.write_atomic(f"{root}/b/name/inside", b"dir", durable=False)
+    fs.exchange(f"{root}/a/name", f"{root}/b/name", durable=False)
+    assert fs.read_bytes(f"{root}/a/name/inside") == b"dir"
+    assert fs.read_bytes(f"{root}/b/name") == b"file"
+
+
+def test_exchange_with_a_missing_name_fails_and_changes_nothing(env):
+    fs, root = env
+    fs.write_atomic(f"{root}/present/f", b"p", durable=False)
+    for first, second in ((f"{root}/present", f"{root}/absent"), (f"{root}/absent", f"{root}/present")):
+        with pytest.raises(FileNotFoundError):
+            fs.exchange(first, second, durable=False)
+        assert names(fs, root) == ["present"]
+        assert fs.read_bytes(f"{root}/present/f") == b"p"
+
+
 def test_rename_moves_a_symlink_not_its_target(env):
     fs, root = env
     fs.write_atomic(f"{root}/target", b"t", durable=False)

@@ -84,6 +84,28 @@ def test_durable_rename_survives(fs):
     assert fs.exists(f"{ROOT}/state/running/deep/job")
 
 
+@pytest.mark.parametrize("durable", [False, True])
+def test_an_exchange_survives_a_crash_only_once_synced(fs, durable):
+    fs.write_atomic(f"{ROOT}/out/report.json", b"old", durable=True)
+    fs.write_atomic(f"{ROOT}/.out.new/report.json", b"new", durable=True)
+    fs.exchange(f"{ROOT}/.out.new", f"{ROOT}/out", durable=durable)
+    fs.crash()
+    assert fs.read_bytes(f"{ROOT}/out/report.json") == (b"new" if durable else b"old")
+    assert fs.read_bytes(f"{ROOT}/.out.new/report.json") == (b"old" if durable else b"new")
+
+
+def test_syncing_either_directory_makes_a_whole_exchange_durable(fs):
+    for synced in ("a", "b"):
+        fs.write_atomic(f"{ROOT}/{synced}-case/a/x", b"from a", durable=True)
+        fs.write_atomic(f"{ROOT}/{synced}-case/b/x", b"from b", durable=True)
+        fs.exchange(f"{ROOT}/{synced}-case/a/x", f"{ROOT}/{synced}-case/b/x", durable=False)
+        fs.fsync_dir(f"{ROOT}/{synced}-case/{synced}")
+    fs.crash()
+    for synced in ("a", "b"):
+        assert fs.read_bytes(f"{ROOT}/{synced}-case/a/x") == b"from b"
+        assert fs.read_bytes(f"{ROOT}/{synced}-case/b/x") == b"from a"
+
+
 def test_durable_write_atomic_survives_including_new_parents(fs):
     fs.write_atomic(f"{ROOT}/a/b/c/doc.json", b"v1", durable=True)
     fs.crash()

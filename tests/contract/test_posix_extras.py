@@ -198,3 +198,29 @@ def test_read_document_of_a_fifo_with_a_writer_does_not_block(tmp_path):
     finally:
         os.close(writer)
         os.close(reader)
+
+
+def test_group_syncs_start_threads_only_for_many_paths(tmp_path, monkeypatch):
+    """A couple of paths (every first attempt syncs two) are synced in order, with no thread pool."""
+    import concurrent.futures
+
+    pools = []
+    real = concurrent.futures.ThreadPoolExecutor
+
+    def counting(*args, **kwargs):
+        pools.append(kwargs.get("max_workers"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", counting)
+    fs = PosixFilesystem()
+    directories = []
+    for index in range(fs_posix._OVERLAP_FROM):
+        (tmp_path / f"d{index}").mkdir()
+        (tmp_path / f"d{index}" / "f").write_bytes(b"x")
+        directories.append(str(tmp_path / f"d{index}"))
+    fs.fsync_dirs(directories[:2])
+    fs.sync_trees(directories[: fs_posix._OVERLAP_FROM - 1])
+    assert pools == []
+    fs.fsync_dirs(directories)
+    fs.sync_trees(directories)
+    assert pools == [fs_posix._OVERLAP_FROM, fs_posix._OVERLAP_FROM]

@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from httk.workflow import codec
-from httk.workflow.attempt_records import ContextDocument, OutcomeDocument, SpawnDocument, TransactionDocument
+from httk.workflow.attempt_records import (
+    ContextDocument,
+    OutcomeDocument,
+    RunnerDescription,
+    RunnerErrorDocument,
+    SpawnDocument,
+    TransactionDocument,
+    WorkdirBatchDocument,
+)
 from httk.workflow.engine.manifest import Heartbeat, ManagerManifest
 from httk.workflow.engine.requests import RequestDocument
 from httk.workflow.protocol import JobDocument, JobSpec, parse_job_bytes
@@ -57,6 +65,17 @@ MANAGER = {"format": "httk-workflow-manager", "format_version": 1, "manager_id":
 HEARTBEAT = {"manager_id": "m", "time": 12.5, "lease_seconds": 30.0, "stopped": False}
 WORKSPACE = {"format": "httk-workflow-workspace", "format_version": 1, "workspace_id": "w", "name": "ws",
              "durable": True, "created_at": 3.5, "policy": {"lease_seconds": 30}}
+#: error.json as each SDK writes it: Python with its traceback, Bash with the line the handler died on.
+PYTHON_ERROR = {"format": "httk-workflow-runner-error", "format_version": 1, "step": "main", "exception": "ValueError",
+                "message": "not a crystal", "traceback": "Traceback (most recent call last):\n"}
+BASH_ERROR = {"format": "httk-workflow-runner-error", "format_version": 1, "step": "main",
+              "exception": "CommandFailed", "message": "command 'grep -q x f' failed with status 1",
+              "file": "/ws/run.sh", "line": 6, "command": "grep -q x f"}
+WORKDIR_BATCH = {"format": "httk-workflow-workdir-batch", "format_version": 1, "id": "b1", "operations": [
+    {"op": "write", "path": "INCAR", "staged": "files/0001"}, {"op": "rename", "path": "a", "destination": "b/a"},
+    {"op": "remove", "path": "c"}]}
+DESCRIPTION = {"format": "httk-workflow-runner-description", "format_version": 1, "workflow": "defects",
+               "steps": ["aggregate", "relax"]}
 
 #: (document, its record, a valid instance, a nested object path in it or None)
 DOCUMENTS: list[tuple[str, type, dict[str, Any], tuple[Any, ...] | None]] = [
@@ -69,6 +88,10 @@ DOCUMENTS: list[tuple[str, type, dict[str, Any], tuple[Any, ...] | None]] = [
     ("manager.json", ManagerManifest, MANAGER, None),
     ("heartbeat.json", Heartbeat, HEARTBEAT, None),
     ("format.json", WorkspaceDocument, WORKSPACE, None),
+    ("error.json", RunnerErrorDocument, PYTHON_ERROR, None),
+    ("bash error.json", RunnerErrorDocument, BASH_ERROR, None),
+    ("ops.json", WorkdirBatchDocument, WORKDIR_BATCH, ("operations", 1)),
+    ("run.py --describe", RunnerDescription, DESCRIPTION, None),
 ]
 IDS = [name for name, *_ in DOCUMENTS]
 
@@ -137,3 +160,23 @@ def test_an_array_or_a_record_of_the_wrong_shape_is_named(record, document, mess
     with pytest.raises(codec.DocumentError) as refused:
         codec.structure(document, record, "spawn.json")
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(("operation", "message"), [
+    ({"op": "write", "path": "a"}, "ops.json @ $.operations[0].staged: required by the op 'write'"),
+    ({"op": "rename", "path": "a"}, "ops.json @ $.operations[0].destination: required by the op 'rename'"),
+    ({"op": "chmod", "path": "a"}, "ops.json @ $.operations[0].op: expected one of write, remove, rename"),
+    ({"op": "remove"}, "ops.json @ $.operations[0].path: missing member"),
+    ("x", "ops.json @ $.operations[0]: expected object, got string"),
+])
+def test_a_workdir_batch_operation_needs_the_members_of_its_op(operation, message):
+    with pytest.raises(codec.DocumentError) as refused:
+        codec.structure({**WORKDIR_BATCH, "operations": [operation]}, WorkdirBatchDocument, "ops.json")
+    assert str(refused.value) == message
+
+
+def test_an_error_json_without_its_exception_is_refused():
+    with pytest.raises(codec.DocumentError) as refused:
+        codec.structure({key: value for key, value in BASH_ERROR.items() if key != "exception"},
+                        RunnerErrorDocument, "error.json")
+    assert str(refused.value) == "error.json @ $.exception: missing member"

@@ -65,3 +65,17 @@ def test_a_request_of_none_is_a_bug_not_a_limit():
 def test_durations_are_spelt_as_slurm_spells_them():
     assert format_duration(59) == "00:00:59"
     assert format_duration(2 * 86400 + 3723) == "2-01:02:03"
+
+
+def test_a_per_account_limit_is_held_against_the_accounts_queued_jobs_and_the_tightest_wins():
+    limits = SubmitLimits(max_submit=50, max_submit_source="QOS normal's MaxSubmitJobsPerUser", queued=2,
+                          account="chem", account_max_submit=10,
+                          account_max_submit_source="QOS normal's MaxSubmitJobsPerAccount", account_queued=9)
+    allowance = allowed_submissions(5, limits)
+    assert (allowance.count, allowance.reason) == (
+        1, "QOS normal's MaxSubmitJobsPerAccount is 10 and 9 of account chem's jobs are already queued")
+    # The per-user limit leaves less room: it is the one named.
+    tighter = allowed_submissions(5, SubmitLimits(max_submit=3, queued=2, account="chem", account_max_submit=10,
+                                                  account_queued=5))
+    assert (tighter.count, tighter.reason) == (1, "MaxSubmitJobs is 3 and 2 of your jobs are already queued")
+    assert limits.as_json()["account_queued"] == 9

@@ -11,9 +11,8 @@ import itertools
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.domain.model import JobKey
 from httk.workflow.protocol import JobSpec
-from httk.workflow.store.workspaces import WorkspaceService
-from httk.workflow.testing import SimulatedCrash, memory_manager, memory_workspace, outcome_document, scripted_runner
-from memory_support import fsck_problems, kinds
+from httk.workflow.testing import memory_manager, memory_workspace, outcome_document, scripted_runner
+from memory_support import crash_first_run, fsck_problems, kinds
 
 CHILD_JOB = JobSpec(name="c", workflow="w", runner_path="run.sh").to_bytes()
 
@@ -22,7 +21,6 @@ def scenario(points, *, join=True):
     ports, handle, [marker] = memory_workspace(data_mode="transactional")
     parent_id = marker.job_id
     counter = itertools.count(1)
-    armed = [False]
 
     def tree(launch):
         if launch.env["HTTK_WORKFLOW_JOB_ID"] != parent_id:
@@ -48,24 +46,7 @@ def scenario(points, *, join=True):
         }
 
     publish = scripted_runner(ports.fs, tree)
-
-    def behaviour(launch):
-        status = publish(launch)
-        if not armed[0]:
-            armed[0] = True
-            ports.fs.sync_tree("/ws")
-            ports.fs.arm_crash(points)
-        return status
-
-    first = memory_manager(handle, behaviour, manager_id="m-a", lease_seconds=10.0)
-    try:
-        first.run()
-        crashed = False
-    except SimulatedCrash:
-        crashed = True
-    ports.fs.crash()
-    fresh = WorkspaceService(ports).open("/ws")
-    ports.clock.advance(1000.0)
+    fresh, crashed = crash_first_run(handle, publish, points)
     memory_manager(fresh, publish, manager_id="m-b", lease_seconds=10.0).run()
     return ports, fresh, parent_id, crashed
 

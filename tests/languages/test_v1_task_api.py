@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from httk.workflow.languages import package_dir
+from httk.workflow.languages.installation import package_dir
 
 LIBRARY = package_dir("httk_v1") / "lib" / "ht_tasks_api.sh"
 REDIRECT = package_dir("httk_v1") / "httk_dir" / "Execution" / "tasks" / "ht_tasks_api.sh"

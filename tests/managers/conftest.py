@@ -26,22 +26,7 @@ from httk.workflow.operations import inspection
 from httk.workflow.protocol import JobSpec, prepare_job_payload
 from httk.workflow.store.markers import Marker
 from httk.workflow.workspace import Workspace
-
-BIN = Path(sys.executable).parent
-HTTK = str(BIN / "httk")
-
-#: Bash prelude of every runner: ``publish JSON-MEMBERS`` publishes one outcome the protocol way.
-PRELUDE = r"""set -u
-publish() {
-  d="$HTTK_WORKFLOW_CONTROL_DIR/outcome.tmp.$$"; mkdir -p "$d"
-  printf '{"format":"httk-workflow-outcome","format_version":1,%s}\n' "$1" > "$d/outcome.json"
-  mv "$d" "$HTTK_WORKFLOW_CONTROL_DIR/outcome.ready"
-}
-wait_for() {  # wait_for FILE: up to 60 s for FILE to appear in the workdir
-  for _ in $(seq 1 600); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1
-}
-"""
-SUCCEED = """publish '"action":"succeed"'"""
+from runner_support import BIN, HTTK, PRELUDE, group_members, pid_alive
 
 #: A Python runner: ``main`` spawns one prepared child payload (its ``run.sh`` exits CHILD_EXIT) at the
 #: placement ``elsewhere``, which the tests' managers do not serve, and gathers it; ``after`` succeeds.
@@ -94,30 +79,6 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(every)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, from /proc."""
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{name}/stat").read_bytes()
-        except OSError:
-            continue
-        fields = raw[raw.rindex(b")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            members.append(int(name))
-    return members
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return raw[raw.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 class ManagerProcess:
@@ -254,6 +215,18 @@ class Ops:
         manager = ManagerProcess(argv, self.env, self.tmp / "managers" / str(len(self.managers)))
         self.managers.append(manager)
         return manager
+
+    def orphan(self, job: str) -> tuple[str, Any]:
+        """Run ``job`` under a manager with a 1 s lease until its runner touches ``started``, then SIGKILL
+        the manager; returns (that manager's id, the process the frame records)."""
+        first = self.start("--lease-seconds", "1")
+        first_id = first.manager_id
+        self.wait_kind(job, "running")
+        wait_until(lambda: (self.workdir(job) / "started").exists(), 30, "the runner to start")
+        process = self.frame(job).process
+        first.signal(signal.SIGKILL)
+        first.wait(10)
+        return first_id, process
 
     def run(self, *options: str, code: int = 0, timeout: float = 60.0) -> ManagerProcess:
         """A manager until idle; asserts its exit status."""

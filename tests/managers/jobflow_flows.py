@@ -64,6 +64,18 @@ def halt(x: int) -> Response:
     return Response(output=x, stop_jobflow=True)
 
 
+@job
+def adding_bad(x: int) -> Response:
+    """Keeps its output and adds a flow that fails; its dependents do not wait for the addition."""
+    return Response(output=x, addition=Flow([explode(6)], name="added-bad"))
+
+
+@job
+def halt_adding(x: int) -> Response:
+    """Stops the flow and asks for an addition, which therefore never runs (as in run_locally)."""
+    return Response(output=x, stop_jobflow=True, addition=Flow([square(8)], name="never-added"))
+
+
 def chain() -> Flow:
     """Three jobs, each reading the previous one's output: (1 + 2) + 10, times 2."""
     first = add(1, 2)
@@ -90,7 +102,7 @@ def failing() -> Flow:
 
 
 def diversions() -> Flow:
-    """A detour and an addition, each run (as a gathered sub-flow) before the job counts as finished."""
+    """A detour (its job's dependents wait for it) and an addition (added to the flow beside them)."""
     detour = detouring(1)
     after = add(detour.output, 1)
     addition = adding(2)
@@ -109,3 +121,23 @@ def stored() -> Flow:
     values = big_list(5)
     summed = total(values.output)
     return Flow([values, summed], name="stored")
+
+
+def failed_addition() -> Flow:
+    """A job whose addition fails: the job and its dependent still succeed; the flow does not."""
+    first = adding_bad(2)
+    after = add(first.output, 1)
+    return Flow([first, after], name="failed-addition")
+
+
+def halting_with_addition() -> Flow:
+    first = halt_adding(7)
+    second = add(first.output, 1)
+    return Flow([first, second], name="halting-with-addition")
+
+
+def stopping() -> Flow:
+    """Only a stop_children: the dependent is skipped, so the flow did not finish successfully."""
+    stop = stopper(5)
+    after = add(stop.output, 1)
+    return Flow([stop, after], name="stopping")

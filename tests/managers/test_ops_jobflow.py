@@ -20,7 +20,7 @@ import jobflow_flows
 import pytest
 
 from httk.workflow.operations.collect import collect
-from httk.workflow.operations.language_jobs import submit_flow
+from httk.workflow.operations.language_jobs import LanguageJobError, submit_flow
 
 HERE = Path(__file__).resolve().parent
 #: Hides jobflow from one interpreter, as on a machine without the extra (no code of ours is patched).
@@ -91,7 +91,7 @@ def test_a_dynamic_replace_runs_the_replacement_and_downstream_reads_its_output(
     assert results["total@1"] == 0 + 1 + 4
 
 
-def test_detour_and_addition_run_before_the_job_ends_and_stop_jobflow_ends_the_flow(flows):
+def test_detour_and_addition_run_and_stop_jobflow_ends_the_flow(flows):
     diverted = submit_flow(flows.workspace, jobflow_flows.diversions(), placement="flows").marker.job_id
     halted = submit_flow(flows.workspace, jobflow_flows.halting(), placement="halt").marker.job_id
     stored = submit_flow(flows.workspace, jobflow_flows.stored(), placement="stored").marker.job_id
@@ -100,7 +100,8 @@ def test_detour_and_addition_run_before_the_job_ends_and_stop_jobflow_ends_the_f
     assert flows.kind(stored) == "succeeded" and outputs(flows, stored)["total@1"] == 0 + 1 + 2 + 3 + 4
     blobs = list((Path(flows.handle.layout.data_dir(stored)) / "current/jobflow/blobs").glob("data.*.json"))
     assert [json.loads(path.read_text())["data"] for path in blobs] == [[0, 1, 2, 3, 4]]
-    assert flows.kind(diverted) == "succeeded" and flows.kind(halted) == "succeeded"
+    assert flows.kind(diverted) == "succeeded" and flows.kind(halted) == "failed"
+    assert flows.frame(halted).failure.code == "jobflow_flow_stopped"
     results = outputs(flows, diverted)
     assert results["detouring@1"] == 1 and results["add@1"] == 2 and results["adding@1"] == 2
     # The detour's square(5) and the addition's square(6) ran as jobs, and their outputs reached the flow.
@@ -129,6 +130,33 @@ def test_a_failing_job_stops_its_dependents_and_stop_children_skips_its_own(flow
     assert sorted(statuses.values()) == ["errored", "failed", "stopped", "succeeded", "succeeded"]
 
 
+def test_a_failed_addition_fails_the_flow_not_the_job_and_a_stopped_flow_is_no_success(flows):
+    added = submit_flow(flows.workspace, jobflow_flows.failed_addition(), placement="added").marker.job_id
+    halted = submit_flow(flows.workspace, jobflow_flows.halting_with_addition(), placement="halt").marker.job_id
+    stopped = submit_flow(flows.workspace, jobflow_flows.stopping(), placement="stop").marker.job_id
+    flows.run("--workers", "2", timeout=240)
+    # jobflow adds an addition to the flow without re-parenting the job's children (only a detour does):
+    # adding_bad and its dependent succeed; the added flow failed, so the flow fails naming it.
+    assert flows.kind(added) == "failed"
+    failure = flows.frame(added).failure
+    assert failure.code == "jobflow_flow_failed" and "added-bad (failed)" in failure.message
+    summary = json.loads((Path(flows.handle.layout.data_dir(added)) / "current/jobflow/flow.json").read_text())
+    by_name = {summary["names"][uuid]: status for uuid, status in summary["statuses"].items()}
+    assert by_name == {"adding_bad": "succeeded", "add": "succeeded", "added-bad": "failed"}
+    assert outputs(flows, added)["add@1"] == 3
+    # stop_jobflow: the job's addition is never run, and the flow did not finish successfully.
+    assert flows.kind(halted) == "failed" and flows.frame(halted).failure.code == "jobflow_flow_stopped"
+    assert "halt_adding returned stop_jobflow" in flows.frame(halted).failure.message
+    assert not [key for key in outputs(flows, halted) if key.startswith("square@")]
+    halted_summary = json.loads((Path(flows.handle.layout.data_dir(halted)) / "current/jobflow/flow.json")
+                                .read_text())
+    assert sorted(halted_summary["statuses"].values()) == ["not_run", "succeeded"]
+    # stop_children alone: the skipped dependent means the flow did not finish successfully either.
+    assert flows.kind(stopped) == "failed"
+    assert flows.frame(stopped).failure.code == "jobflow_flow_stopped"
+    assert "stop_children of stopper" in flows.frame(stopped).failure.message
+
+
 def test_job_new_language_jobflow_and_the_realization_in_show_why_and_collect(flows):
     created = json.loads(flows.httk("job", "new", str(flows.root), "--language", "jobflow", "--flow",
                                     "jobflow_flows:chain", "--placement", "cli", "--json").stdout)
@@ -144,6 +172,61 @@ def test_job_new_language_jobflow_and_the_realization_in_show_why_and_collect(fl
     assert {item.workflow_realization for item in collected.values()} == {"language"}
     line = json.loads(flows.httk("collect", str(flows.root)).stdout.splitlines()[0])
     assert line["workflow_realization"] == "language"
+
+
+MY_FLOWS = """from jobflow import Flow, job
+
+
+@job
+def double(x):
+    return 2 * x
+
+
+def make_flow():
+    first = double(5)
+    return Flow([first, double(first.output)], name="doubles")
+"""
+
+
+def test_job_new_ships_a_flow_module_of_the_current_directory_the_manager_cannot_import(ops, tmp_path):
+    """docs/jobflow.md: 'importable from the current directory' is enough, wherever the manager runs."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "myflows.py").write_text(MY_FLOWS)
+    done = subprocess.run([str(Path(sys.executable).parent / "httk"), "workflow", "job", "new", str(ops.root),
+                           "--language", "jobflow", "--flow", "myflows:make_flow", "--json"], cwd=mine,
+                          capture_output=True, text=True, env=ops.env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    conductor = json.loads(done.stdout)["job_id"]
+    spec = json.loads((Path(json.loads(done.stdout)["payload"]) / "job.json").read_text())
+    assert spec["inputs"]["modules"] == {"myflows.py": MY_FLOWS}
+    # The manager runs elsewhere, with neither mine/ nor its PYTHONPATH: the module came with the job.
+    ops.run(timeout=180)
+    assert ops.kind(conductor) == "succeeded", ops.frame(conductor).failure
+    assert sorted(outputs(ops, conductor).values()) == [10, 20]
+
+
+def test_a_flow_whose_module_the_manager_cannot_import_fails_once_naming_it(ops):
+    # Submitted from Python without shipping its module, to a manager without it on PYTHONPATH.
+    conductor = submit_flow(ops.workspace, jobflow_flows.chain(), placement="flows").marker.job_id
+    ops.run(timeout=120)
+    frame = ops.frame(conductor)
+    assert ops.kind(conductor) == "failed" and frame.failure.code == "jobflow_flow_unimportable"
+    assert "'jobflow_flows'" in frame.failure.message and "PYTHONPATH" in frame.failure.message
+    assert not frame.failure.retryable and frame.total_attempts == 1
+    assert frame.failure.details["module"] == "jobflow_flows"
+
+
+def test_a_flow_defined_in_main_is_refused_at_submission(ops):
+    import jobflow
+
+    def local(x):
+        return x
+
+    local.__module__ = "__main__"  # as in a script run with 'python script.py'
+    with pytest.raises(LanguageJobError, match="defined in __main__"):
+        submit_flow(ops.workspace, jobflow.Flow([jobflow.job(local)(1)]))
+    assert ops.httk("job", "list", str(ops.root), "--json").stdout.strip() == "[]"
 
 
 def test_job_new_language_refusals_write_nothing(flows):

@@ -11,7 +11,6 @@ SIGKILLed before, so the next manager takes the attempt over.
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 #: Step ``main`` leaves a stray in its group that stamps the workdir, publishes ``advance``, and exits;
@@ -31,13 +30,7 @@ exit 0"""
 def _orphan_published_with_a_stray(ops, tmp_path: Path, trap: str) -> tuple[str, dict, Path]:
     counter = tmp_path / "counter"
     job = ops.job(RUNNER.format(counter=counter).replace("TRAP", trap))
-    first = ops.start("--lease-seconds", "1")
-    first_id = first.manager_id
-    ops.wait_kind(job, "running")
-    ops.wait_until(lambda: (ops.workdir(job) / "started").exists(), 30, "the runner to start")
-    process = ops.frame(job).process
-    first.signal(signal.SIGKILL)
-    first.wait(10)
+    first_id, process = ops.orphan(job)
     (ops.workdir(job) / "go").touch()
     ops.wait_until(lambda: not ops.pid_alive(process.pid), 10, "the runner to publish and exit")
     stray = int((ops.workdir(job) / "stray.pid").read_text())

@@ -100,26 +100,13 @@ def test_a_killed_manager_is_taken_over_without_losing_or_doubling_work(ops, tmp
     assert ops.frame(finishing).total_attempts == 1
 
 
-def _orphaned_by_sigkill(ops, job):
-    """Run ``job`` under a manager with a 1 s lease until its runner touches ``started``, then SIGKILL
-    the manager; returns (that manager's id, the process the frame records)."""
-    first = ops.start("--lease-seconds", "1")
-    first_id = first.manager_id
-    ops.wait_kind(job, "running")
-    ops.wait_until(lambda: (ops.workdir(job) / "started").exists(), 30, "the runner to start")
-    process = ops.frame(job).process
-    first.signal(signal.SIGKILL)
-    first.wait(10)
-    return first_id, process
-
-
 def test_a_live_persistent_attempt_of_a_dead_manager_is_adopted_not_relaunched(ops, tmp_path):
     counter = tmp_path / "counter"
     job = ops.job(f"""echo "start $HTTK_WORKFLOW_ATTEMPT_ID" >> "{counter}"
 touch started; wait_for go
 echo "end $HTTK_WORKFLOW_ATTEMPT_ID" >> "{counter}"
 publish '"action":"succeed"'""")
-    first_id, process = _orphaned_by_sigkill(ops, job)
+    first_id, process = ops.orphan(job)
     assert ops.pid_alive(process.pid)
     ops.wait_until(lambda: ops.heartbeat_age(first_id) > 1.2, 10, "manager 1's lease to expire")
 
@@ -264,7 +251,7 @@ touch "{ran_once}"
 ( while [ ! -e "{release}" ]; do echo stray >> stray.log; sleep 0.1; done ) &
 touch started; wait_for go
 exit 3""")
-    first_id, process = _orphaned_by_sigkill(ops, job)
+    first_id, process = ops.orphan(job)
     (ops.workdir(job) / "go").touch()
     ops.wait_until(lambda: not ops.pid_alive(process.pid), 10, "the runner itself to exit")
     assert ops.group_members(process.pgid), "the stray outlives the runner"

@@ -14,7 +14,7 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,16 +26,8 @@ from httk.workflow.operations.submission import submit
 from httk.workflow.protocol import JobSpec, prepare_job_payload
 from httk.workflow.store.runners import publish_runner
 from httk.workflow.workspace import Workspace
+from runner_support import BIN, HTTK, PRELUDE
 
-BIN = Path(sys.executable).parent
-HTTK = str(BIN / "httk")
-PRELUDE = r"""set -u
-publish() {
-  d="$HTTK_WORKFLOW_CONTROL_DIR/outcome.tmp.$$"; mkdir -p "$d"
-  printf '{"format":"httk-workflow-outcome","format_version":1,%s}\n' "$1" > "$d/outcome.json"
-  mv "$d" "$HTTK_WORKFLOW_CONTROL_DIR/outcome.ready"
-}
-"""
 #: Every ledger step, in the order a local-to-local transfer publishes them.
 STEPS = ["source:planned", "source:detached", "source:bundled", "destination:received", "source:sent",
          "destination:imported", "destination:acknowledged", "source:acknowledged", "source:retired"]
@@ -151,6 +143,43 @@ def test_nothing_to_transfer_is_one_line_and_exit_zero(world):
     a, b = world / "ws-a", world / "ws-b"
     done = httk(world, "transfer", str(b), str(a))
     assert done.stdout == f"nothing to transfer from {b} to {a}\n"
+
+
+def test_a_round_trip_is_an_arrival_not_collected_history(world):
+    """Jobs that came back by transfer start their stay at the import: no hole, no horizon; only gc sets one."""
+    a, b = world / "ws-a", world / "ws-b"
+    before = time.time()
+    time.sleep(0.05)
+    httk(world, "transfer", str(a), str(b), "--kind", "submitted")
+    middle = time.time()
+    time.sleep(0.05)
+    httk(world, "transfer", str(b), str(a), "--kind", "submitted")
+    at = json.loads(httk(world, "workspace", "status", str(a), "--at", f"@{before}", "--json").stdout)
+    assert at["history"]["collected"] is False and at["history"]["truncated_jobs"] == 0
+    assert at["history"]["complete_since"] is None
+    assert (at["counts"]["submitted"], at["counts"]["succeeded"], at["counts"]["failed"]) == (1, 1, 1)
+    assert at["arrived_later"]["jobs"] == 1 and at["arrived_later"]["first"] > middle
+    # While it was in ws-b, ws-a had it no more.
+    assert json.loads(httk(world, "workspace", "status", str(a), "--at", f"@{middle}", "--json").stdout
+                      )["counts"]["submitted"] == 0
+    since = json.loads(httk(world, "workspace", "diff", str(a), "--since", f"@{before}", "--json").stdout)
+    assert since["history"]["collected"] is False
+    # ws-b saw the job arrive and leave; before its arrival it was not there, and that is no refusal either.
+    there = httk(world, "workspace", "status", str(b), "--at", f"@{before}")
+    assert "arrived by transfer later" in there.stderr and "collected" not in there.stderr
+    moves = json.loads(httk(world, "workspace", "diff", str(b), "--since", f"@{before}", "--json").stdout)
+    assert [(row["from"], row["to"]) for row in moves["transitions"]] == [("arrived", "left")]
+
+
+def test_nothing_to_transfer_names_the_jobs_the_default_kinds_left_out(world):
+    a, b = world / "ws-a", world / "ws-b"
+    before = jobs_of(a)
+    done = httk(world, "transfer", str(a), str(b), "--placement", "camp/later")
+    assert done.stdout == (f"nothing to transfer from {a} to {b}: 1 submitted job not selected (only stopped "
+                           "jobs travel by default): add --kind submitted or --job ID\n")
+    report = json.loads(httk(world, "transfer", str(a), str(b), "--placement", "camp/later", "--json").stdout)
+    assert report["unselected"] == {"submitted": 1} and report["transfers"] == []
+    assert jobs_of(a) == before and jobs_of(b) == {}
 
 
 @pytest.mark.parametrize("step", STEPS)

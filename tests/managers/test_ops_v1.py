@@ -214,3 +214,12 @@ def test_v1_convert_output_writes_a_payload_that_job_submit_takes(ops):
                                         "priority": 3, "status": "waitstep", "source": str(task)}
     assert (payload / "ht_steps").read_text() == RELAX and (payload / "POSCAR").read_text() == "Si\n"
     ops.httk("job", "submit", str(ops.root), str(payload), "--placement", "v1")
+
+
+def test_v1_convert_prints_the_job_key_as_job_submit_does(ops):
+    """The text output is the tag--uuid key (what 'job submit' prints), not the bare uuid."""
+    task = make_task(ops.tmp, "ht.task.any.keyed.start.0.unclaimed.3.waitstart", RELAX)
+    printed = ops.httk("v1", "convert", str(task), "--workspace", str(ops.root)).stdout.strip()
+    listed = json.loads(ops.httk("job", "list", str(ops.root), "--json").stdout)
+    keys = [job["job_key"] for job in (listed["jobs"] if isinstance(listed, dict) else listed)]
+    assert keys == [printed] and "--" in printed

@@ -322,3 +322,103 @@ def test_an_id_taken_between_the_check_and_the_write_refuses_the_batch_and_takes
     assert [path for path in left if "/ids/" in path and left[path] != "dir"] == [
         f"{ROOT}/.httk-workflow/ids/00/{taken[0].job_id}"]  # only the rival's reservation
     assert not [path for path in left if "/camp" in path or "/tmp/" in path]
+
+
+def unsynced_payloads(count: int):
+    """A durable workspace and ``count`` payloads written without a single sync (as a tool writing them leaves them)."""
+    fs = Counting(clock=FakeClock())
+    handle = WorkspaceService(Ports(fs=fs, clock=fs.clock, ids=SequentialIds())).init(ROOT, durable=True)
+    fs.sync_tree("/")  # the workspace itself is durable; the payloads below are not
+    payloads = []
+    for index in range(count):
+        path = f"/src/p{index}"
+        fs.makedirs(path, durable=False)
+        spec = JobSpec(name=f"job{index}", workflow="w", runner_path="run.sh", priority=index)
+        fs.write_atomic(f"{path}/job.json", spec.to_bytes(), durable=False)
+        fs.write_atomic(f"{path}/run.sh", b"#!/bin/sh\n", durable=False)
+        payloads.append(path)
+    return fs, handle, payloads
+
+
+def crash_problems(fs, handle) -> list[dict]:
+    fs.crash()
+    return Fsck(WorkspaceService(handle.ports).open(ROOT)).run()["problems"]
+
+
+def test_a_moved_batch_of_unsynced_payloads_survives_a_crash_after_it_returns():
+    """``--move`` renames the caller's payloads: a marker must not be published over one never synced."""
+    fs, handle, payloads = unsynced_payloads(3)
+    batch = submit_many(handle, payloads, "camp/a", move=True)
+    assert crash_problems(fs, handle) == []
+    assert sorted(jobs_after_crash(fs, handle, payloads)) == payloads
+    assert len(batch) == 3
+
+
+def test_a_moved_single_submission_of_an_unsynced_payload_survives_a_crash_after_it_returns():
+    fs, handle, payloads = unsynced_payloads(1)
+    submit(handle, payloads[0], "camp/a", move=True)
+    assert crash_problems(fs, handle) == []
+    assert sorted(jobs_after_crash(fs, handle, payloads)) == payloads
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "single"])
+def test_a_crash_at_every_write_of_a_move_from_unsynced_payloads_leaves_no_job_without_its_payload(bulk):
+    """The crash test above starts from synced payloads; this one from payloads a crash can still lose."""
+    points = 0
+    while True:
+        fs, handle, payloads = unsynced_payloads(3)
+        fs.arm_crash(points)
+        try:
+            if bulk:
+                submit_many(handle, payloads, "camp/a", move=True)
+            else:
+                for payload in payloads:
+                    submit(handle, payload, "camp/a", move=True)
+        except SimulatedCrash:
+            fs.crash()
+            jobs_after_crash(fs, handle, payloads)  # every job found has its whole payload
+            problems = Fsck(WorkspaceService(handle.ports).open(ROOT)).run()["problems"]
+            assert {problem["code"] for problem in problems} <= {"orphaned_payload"}, (points, problems)
+            points += 1
+            continue
+        assert crash_problems(fs, handle) == []
+        assert sorted(jobs_after_crash(fs, handle, payloads)) == payloads
+        break
+    assert points > 10
+
+
+class StuckRollback(Counting):
+    """Once a copy has failed, removing a tree fails too (the rollback of a disk gone read-only)."""
+
+    failed = False
+
+    def copy_tree(self, source, destination, *, durable):
+        try:
+            super().copy_tree(source, destination, durable=durable)
+        except OSError:
+            self.failed = True
+            raise
+
+    def rmtree(self, path):
+        if self.failed:
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        super().rmtree(path)
+
+
+def test_a_rollback_that_fails_keeps_the_original_error_and_names_what_it_left():
+    fs = StuckRollback(clock=FakeClock())
+    handle = WorkspaceService(Ports(fs=fs, clock=fs.clock, ids=SequentialIds())).init(ROOT)
+    payloads = [write_payload(fs, f"/src/p{index}") for index in range(3)]
+    fs.fail_copy = 2
+    with pytest.raises(BulkSubmissionError) as failure:  # not a bare OSError of the rollback
+        submit_many(handle, payloads, "camp/a")
+    message = str(failure.value)
+    assert "\n" not in message
+    assert message.startswith("cannot submit /src/p2 at placement 'camp/a': No space left on device; nothing was "
+                              "submitted; the rollback failed too and left staged copy /ws/.httk-workflow/tmp/submit-")
+    assert message.count("staged copy") == 2 and "(Read-only file system)" in message
+    assert message.endswith(": see 'httk workflow workspace fsck'")
+    assert failure.value.submitted == []
+    # What could be taken back was: the id reservations are released.
+    assert all(read_reservation(fs, handle.layout, job_id) is None for job_id in (
+        "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"))

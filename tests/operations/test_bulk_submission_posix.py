@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
+from disk_support import disk_snapshot as tree
 from httk.workflow import JobSpec, Workspace, prepare_job_payload, prepare_job_payloads
 from httk.workflow.adapters.fs_posix import PosixFilesystem
 from httk.workflow.operations.submission import SubmissionError
 from httk.workflow.testing import InMemoryFilesystem
-
-
-def tree(root: Path) -> dict[str, bytes | None]:
-    out: dict[str, bytes | None] = {}
-    for current, dirs, files in os.walk(root):
-        for name in dirs:
-            out[os.path.relpath(os.path.join(current, name), root)] = None
-        for name in files:
-            path = os.path.join(current, name)
-            out[os.path.relpath(path, root)] = Path(path).read_bytes()
-    return out
 
 
 @pytest.mark.parametrize("kind", ["posix", "memory"])

@@ -85,3 +85,27 @@ def test_owned_marker_of_a_live_manager_is_left_alone(handle, ports):
     report = Fsck(fresh(handle), repair=True).run()
     assert report["problems"][0]["action"].startswith("left")
     assert report["left_for_operator"] == 1
+
+
+def test_a_reservation_temp_left_by_a_crash_is_reported_and_removed_by_repair(handle, ports):
+    marker = submit(handle, write_payload(handle.fs, "/src/payload"), "p").marker
+    reservation = handle.layout.id_reservation(marker.job_id)
+    bucket = reservation.rsplit("/", 1)[0]
+    stray = "0" * 8 + "-0000-4000-8000-00000000ffff"
+    temps = sorted([f"{bucket}/.{stray}.bulk", f"{bucket}/.{stray}.tmp.0123456789abcdef"])
+    for temp in temps:
+        handle.fs.write_atomic(temp, b"{}", durable=True)
+    # Young, it may be a creation under way: not touched, not reported.
+    assert Fsck(fresh(handle), repair=True).run()["clean"]
+    assert all(handle.fs.exists(temp) for temp in temps)
+    ports.clock.advance(2 * 3600)
+    report = Fsck(fresh(handle)).run()
+    assert [(p["code"], p["path"], p["action"]) for p in report["problems"]] == [
+        ("stale_reservation_temp", temp, "reported") for temp in temps]
+    assert report["left_for_operator"] == 2 and all(handle.fs.exists(temp) for temp in temps)
+    repaired = Fsck(fresh(handle), repair=True).run()
+    assert [p["action"] for p in repaired["problems"]] == ["repaired", "repaired"]
+    assert repaired["left_for_operator"] == 0
+    assert not any(handle.fs.exists(temp) for temp in temps)
+    assert handle.fs.exists(reservation)  # the job's own reservation stays
+    assert Fsck(fresh(handle)).run()["clean"]

@@ -8,6 +8,7 @@ from httk.workflow.domain.lifecycle import Event
 from httk.workflow.domain.model import Failure
 from httk.workflow.operations.report import (
     FORMAT,
+    STALE_SECONDS,
     ReportError,
     batch_job_ids,
     build_report,
@@ -17,6 +18,8 @@ from httk.workflow.operations.report import (
 )
 from httk.workflow.operations.submission import submit
 from httk.workflow.ports import BatchJobStatus
+from httk.workflow.protocol import JobSpec
+from httk.workflow.testing import InMemoryFilesystem, SimulatedCrash
 from memory_support import write_payload
 
 TO_FAILED = [Event.REGISTER, Event.CLAIM, Event.LAUNCH, Event.PUBLISH, Event.COMMIT_FAIL]
@@ -122,16 +125,138 @@ def test_a_failed_publication_keeps_the_earlier_report(ports, monkeypatch):
     fs = ports.fs
     publish(fs, "/site/report", {"report.json": b'{"format":"httk-workflow-report","n":1}'}, token="t1",
             durable=False)
-    real_rename = fs.rename
 
-    def rename(source, destination, *, durable):
-        if ".new-" in source:
-            raise OSError(28, "No space left on device")
-        real_rename(source, destination, durable=durable)
+    def exchange(first, second, *, durable):
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fs, "rename", rename)
+    monkeypatch.setattr(fs, "exchange", exchange)
     with pytest.raises(OSError, match="No space"):
         publish(fs, "/site/report", {"report.json": b'{"format":"httk-workflow-report","n":2}'}, token="t2",
                 durable=False)
     assert [entry.name for entry in fs.scandir("/site")] == ["report"]
     assert b'"n":1' in fs.read_bytes("/site/report/report.json")
+
+
+def report_bytes(n):
+    return b'{"format":"httk-workflow-report","n":%d}' % n
+
+
+def test_a_crash_at_any_step_of_publishing_leaves_the_old_or_the_new_report():
+    outcomes = set()
+    for step in range(100):
+        fs = InMemoryFilesystem()
+        publish(fs, "/site/report", {"report.json": report_bytes(1)}, token="t1", durable=True)
+        fs.sync_tree("/")
+        fs.arm_crash(step)
+        try:
+            publish(fs, "/site/report", {"report.json": report_bytes(2), "a.svg": b"<svg/>"}, token="t2",
+                    durable=True)
+        except SimulatedCrash:
+            assert fs.read_bytes("/site/report/report.json") in (report_bytes(1), report_bytes(2))
+        else:
+            break
+        fs.crash()
+        survived = fs.read_bytes("/site/report/report.json")
+        assert survived in (report_bytes(1), report_bytes(2)), step
+        outcomes.add(survived)
+        fs.clock.advance(STALE_SECONDS)  # the next publication removes what the crashed one left
+        publish(fs, "/site/report", {"report.json": report_bytes(3)}, token="t3", durable=True)
+        assert [entry.name for entry in fs.scandir("/site")] == ["report"], step
+        assert fs.read_bytes("/site/report/report.json") == report_bytes(3)
+    else:
+        pytest.fail("publish never completed")
+    assert outcomes == {report_bytes(1), report_bytes(2)}
+
+
+def test_publishing_sweeps_only_a_crashed_publishers_leftovers():
+    fs = InMemoryFilesystem()
+    publish(fs, "/site/report", {"report.json": report_bytes(1)}, token="t1", durable=False)
+    fs.write_atomic("/site/.report.old-crashed/report.json", report_bytes(0), durable=False)
+    fs.write_atomic("/site/.report.new-crashed/report.json", report_bytes(0), durable=False)
+    fs.write_atomic("/site/.other.new-x/keep", b"not ours", durable=False)
+    fs.clock.advance(STALE_SECONDS)
+    fs.write_atomic("/site/.report.new-running/report.json", report_bytes(9), durable=False)  # a live publisher's
+    publish(fs, "/site/report", {"report.json": report_bytes(2)}, token="t2", durable=False)
+    assert sorted(entry.name for entry in fs.scandir("/site")) == [".other.new-x", ".report.new-running", "report"]
+    assert fs.read_bytes("/site/report/report.json") == report_bytes(2)
+
+
+def test_two_publishers_at_once_both_succeed_and_leave_one_report(monkeypatch):
+    fs = InMemoryFilesystem()
+    publish(fs, "/site/report", {"report.json": report_bytes(1)}, token="t1", durable=False)
+    real = {"exchange": fs.exchange, "rename": fs.rename}
+    calls = []
+
+    def interleaved(method):
+        def call(first, second, *, durable):
+            if first.endswith(".new-t2") and not calls:
+                # The first publisher is about to move its new report in: the second one runs to its end.
+                calls.append(first)
+                publish(fs, "/site/report", {"report.json": report_bytes(3)}, token="t3", durable=False)
+            real[method](first, second, durable=durable)
+        return call
+
+    for method in real:
+        monkeypatch.setattr(fs, method, interleaved(method))
+    publish(fs, "/site/report", {"report.json": report_bytes(2)}, token="t2", durable=False)
+    assert [entry.name for entry in fs.scandir("/site")] == ["report"]
+    assert fs.read_bytes("/site/report/report.json") == report_bytes(2)
+
+
+def test_publishing_into_a_missing_directory_renames_without_replacing(monkeypatch):
+    fs = InMemoryFilesystem()
+    real_rename = fs.rename
+
+    def rename(source, destination, *, durable):
+        # Another publisher places its report between this one's check and its rename.
+        monkeypatch.setattr(fs, "rename", real_rename)
+        publish(fs, "/site/report", {"report.json": report_bytes(3)}, token="t3", durable=False)
+        real_rename(source, destination, durable=durable)
+
+    monkeypatch.setattr(fs, "rename", rename)
+    publish(fs, "/site/report", {"report.json": report_bytes(2)}, token="t2", durable=False)
+    assert [entry.name for entry in fs.scandir("/site")] == ["report"]
+    assert fs.read_bytes("/site/report/report.json") == report_bytes(2)
+
+
+def realized(handle, name, runner_path, events=()):
+    """A job whose workspace runner is ``runner_path`` (the store need not hold it: only job.json is read)."""
+    spec = JobSpec(name=name, workflow="w", runner_source="workspace", runner_path=runner_path,
+                   runner_sha256="a" * 64, tag="t")
+    payload = write_payload(handle.fs, f"/src/{name}", spec)
+    marker = submit(handle, payload, "p", allow_missing_runner=True).marker
+    frame = handle.store.read_job(marker).frame
+    for event in events:
+        marker, frame = handle.store.transition(marker, frame, event)
+    return marker
+
+
+def test_counts_by_realization_come_from_each_jobs_job_json(handle):
+    job(handle, "native", "p", [Event.REGISTER])
+    realized(handle, "flow", "languages/jobflow", [Event.REGISTER])
+    realized(handle, "flow2", "languages/jobflow")
+    realized(handle, "v1", "compat/httk-v1")
+    lost = job(handle, "lost", "p", [])
+    handle.fs.rmtree(f"{handle.store.payload_dir(lost)}/job.json")
+    section = build_report(handle)["realizations"]
+    assert (section["jobs_read"], section["complete"]) == (5, True)
+    assert [(row["realization"], row["language"], row["total"], row["counts"]) for row in section["rows"]] == [
+        ("httk-v1", None, 1, {"submitted": 1}),
+        ("language", "jobflow", 2, {"ready": 1, "submitted": 1}),
+        ("native", None, 1, {"ready": 1}),
+        ("unreadable", None, 1, {"submitted": 1}),
+    ]
+
+
+def test_a_large_workspace_counts_realizations_of_a_bounded_sample(handle, monkeypatch):
+    from httk.workflow.operations import report
+
+    markers = [job(handle, f"j{index}", "p", []) for index in range(5)]
+    reads = []
+    real_read_spec = handle.store.read_spec
+    monkeypatch.setattr(handle.store, "read_spec", lambda marker: reads.append(marker.job_id) or real_read_spec(marker))
+    monkeypatch.setattr(report, "REALIZATION_SAMPLE", 3)
+    section = build_report(handle)["realizations"]
+    assert (section["jobs_read"], section["complete"]) == (3, False)
+    assert sum(row["total"] for row in section["rows"]) == 3
+    assert sorted(reads) == sorted(marker.job_id for marker in markers)[:3]  # the lowest job ids, nothing more

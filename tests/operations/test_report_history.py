@@ -91,3 +91,18 @@ def test_throughput_bins_cover_the_campaign(handle, ports):
     assert series["interval_seconds"] == 300 and series["start"] <= start
     assert sum(row["transitions"] for row in series["bins"]) == 2
     assert series["bins"][0]["by_kind"] == {"ready": 1} and series["bins"][-1]["by_kind"] == {"paused": 1}
+
+
+def test_a_reservation_temp_a_crash_left_is_not_counted_as_a_job(handle, ports):
+    """Only job-id names in ``ids/`` are jobs: ``.<id>.bulk`` and ``.<id>.tmp.<hex>`` are temps of one being made."""
+    t0 = ports.clock.now()
+    marker, _frame = new_job(handle, "a")
+    bucket = handle.layout.id_reservation(marker.job_id).rsplit("/", 1)[0]
+    stray = "0" * 8 + "-0000-4000-8000-00000000ffff"
+    handle.fs.write_atomic(f"{bucket}/.{stray}.bulk", b"{}", durable=False)
+    handle.fs.write_atomic(f"{bucket}/.{stray}.tmp.0123456789abcdef", b"{}", durable=False)
+    ports.clock.advance(10)
+    past = history.read_history(handle)
+    assert sorted(past.submitted_at) == [marker.job_id]
+    assert history.status_at(past, ports.clock.now())["total"] == 1
+    assert history.diff_since(past, t0 - 1)["new_jobs"] == 1

@@ -178,7 +178,7 @@ def test_a_wait_outcome_is_checked_with_the_sdk_join_rule(join, spawn, rule):
 def test_a_wait_outcome_the_sdk_would_publish_is_accepted():
     result = _join_outcome({"step": "after", "when": "at_least", "count": 1, "on_impossible": None,
                             "children": ["a"]})
-    assert result.failure is None and result.action == "wait" and result.join["count"] == 1
+    assert result.failure is None and result.action == "wait" and result.join.count == 1
 
 
 @pytest.mark.parametrize("join, words", [

@@ -16,9 +16,12 @@ from remote_support import RecordingTransport, wait_until
 
 from httk.workflow.adapters.batch import local, slurm
 from httk.workflow.adapters.batch.local import LocalBatchSystem
+from httk.workflow.adapters.batch.pbs import PbsBatchSystem
 from httk.workflow.adapters.batch.slurm import SlurmBatchSystem, parse_sbatch, parse_squeue
 from httk.workflow.adapters.transport_local import LocalTransport
-from httk.workflow.ports import BatchJobStatus, BatchSystemError, CommandResult
+from httk.workflow.operations.forwarding import RemoteSession
+from httk.workflow.operations.remotes import Remote, Template
+from httk.workflow.ports import BatchCommandMissing, BatchJobStatus, BatchSystemError, CommandResult
 
 WS = "/scratch/rar/my runs"
 # compose_script is pure: no command runs through these transports.
@@ -58,7 +61,7 @@ def test_squeue_states_and_forgotten_ids():
 def test_squeue_refusing_only_forgotten_ids_is_unknown_not_an_error():
     system = SlurmBatchSystem(RecordingTransport())
     refused = CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified\n")
-    assert system.parse_status(refused, ["5"]) == {"5": slurm.UNKNOWN}
+    assert system.parse_status(refused, ["5"]) == {"5": SlurmBatchSystem.forgotten}
     with pytest.raises(BatchSystemError, match="squeue failed"):
         system.parse_status(CommandResult(1, "", "slurm_load_jobs error: Unable to contact slurm controller\n"), ["5"])
 
@@ -78,7 +81,7 @@ def test_slurm_script_carries_directives_from_settings():
         "slurm.nodes": 1,
         "slurm.cpus_per_task": 8,
         "slurm.reservation": "maint",
-        "slurm.qos": "ignored: only the six directives are the adapter's",
+        "slurm.qos": "long",
         "manager.workers": 8,
         "vasp.command": "srun -n 32 vasp_std",
     }
@@ -92,11 +95,11 @@ def test_slurm_script_carries_directives_from_settings():
         "#SBATCH --account=proj-1",
         "#SBATCH --partition=batch",
         "#SBATCH --reservation=maint",
+        "#SBATCH --qos=long",
         "#SBATCH --time=1-00:00:00",
         "#SBATCH --nodes=1",
         "#SBATCH --cpus-per-task=8",
     ]
-    assert "qos" not in script
     command = lines[-1]
     assert command.startswith("exec ")
     assert shlex.split(command[len("exec "):]) == [
@@ -158,6 +161,36 @@ def test_a_failing_command_is_one_line_naming_the_program():
     transport = RecordingTransport(CommandResult(0, "", ""), CommandResult(1, "", "sbatch: error: invalid partition\n"))
     with pytest.raises(BatchSystemError, match=r"^slurm: sbatch failed \(exit 1\): sbatch: error: invalid partition$"):
         SlurmBatchSystem(transport).submit("x", workdir="/w")
+
+
+def test_a_declared_command_the_shell_cannot_find_reads_like_remote_check():
+    # What dash prints for 'exec qsub' without PBS: the raw text is not the message.
+    missing = CommandResult(127, "", "qsub: 1: exec: qsub: not found\n")
+    system = PbsBatchSystem(RecordingTransport(CommandResult(0, "", ""), missing))
+    with pytest.raises(BatchCommandMissing) as raised:
+        system.submit("x", workdir="/w")
+    assert str(raised.value) == ("batch system pbs: qsub is not installed on the remote; install PBS or "
+                                 "choose another template")
+    with pytest.raises(BatchCommandMissing, match="squeue is not installed on the remote; install Slurm"):
+        SlurmBatchSystem(RecordingTransport(CommandResult(127, "", "sh: squeue: not found\n"))).status(["7"])
+
+
+def test_a_remote_session_names_the_remote_and_its_check_for_a_missing_command():
+    template = Template("ssh-pbs", "ssh", "ssh", "pbs", {})
+    session = RemoteSession(Remote("pi", template, {}), RecordingTransport(), batch=None)  # type: ignore[arg-type]
+    with pytest.raises(BatchCommandMissing) as raised, session:
+        raise BatchCommandMissing("batch system pbs: qsub is not installed on the remote; install PBS or "
+                                  "choose another template")
+    assert str(raised.value) == ("remote pi: batch system pbs: qsub is not installed on the remote; install PBS "
+                                 "or choose another template (remote check pi)")
+
+
+def test_the_output_file_names_of_a_workdir_give_the_recorded_job_ids():
+    names = ["slurm-17.out", "slurm-9.out", "slurm-20_3.out", "notes.txt", "slurm-x.out", "local-5.out"]
+    assert SLURM.job_ids_in(names) == ["9", "17", "20_3"]
+    assert LOCAL.job_ids_in(names) == ["5"]
+    # PBS names its output after the job name, not the id: it cannot say.
+    assert PbsBatchSystem(RecordingTransport()).job_ids_in(names) is None
 
 
 def test_ids_are_checked_before_they_reach_a_command():
@@ -279,6 +312,9 @@ def test_local_newline_in_workspace_path_cannot_inject_commands(tmp_path: Path) 
         ("slurm.account", "acc;x"),
         ("slurm.account", "acc\n"),
         ("slurm.reservation", "r\tx"),
+        ("slurm.qos", "normal,long"),
+        ("slurm.qos", "normal\n#SBATCH --uid=0"),
+        ("slurm.qos", 7),
         ("slurm.time_limit", "1:00:00\n#SBATCH --uid=0"),
         ("slurm.time_limit", "1:00:00 --uid=0"),
         ("slurm.time_limit", 0),
@@ -301,7 +337,7 @@ def test_directive_values_that_could_break_a_line_are_refused_naming_the_setting
 def test_good_directives_in_fixed_order_and_none_skipped() -> None:
     settings = {
         "slurm.cpus_per_task": 4, "slurm.nodes": "1-2", "slurm.time_limit": "1-02:00:00", "slurm.reservation": None,
-        "slurm.partition": "batch,debug", "slurm.account": "proj@x.y+z", "slurm.qos": "ignored", "manager.workers": 5,
+        "slurm.partition": "batch,debug", "slurm.account": "proj@x.y+z", "slurm.qos": None, "manager.workers": 5,
     }
     script = slurm_script("/scratch/my ws!", settings, [], ["httk"])
     assert sbatch_directives(script) == [

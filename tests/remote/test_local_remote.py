@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,28 @@ def test_init_status_settings_and_run_through_the_local_batch_system(cli, here, 
     assert cli.json("job", "show", str(path), key)["kind"] == "succeeded"
     log = Path(path, ".httk-workflow", "batch", f"local-{job_id.split('.')[0]}.out").read_text()
     assert "workers 2" in log and "1 succeeded" in log
+
+
+def test_manager_status_without_job_asks_about_the_managers_the_workspace_records(cli, here, tmp_path):
+    path = tmp_path / "runs"
+    cli("workspace", "init", f"{here}:{path}", "--name", "runs")
+    none = cli("manager", "status", f"{here}:runs")
+    assert none.stdout == (f"no manager jobs recorded in {path}/.httk-workflow/batch on here; "
+                           f"submit one with 'httk workflow run {here}:runs'\n")
+    assert cli.json("manager", "status", f"{here}:runs")["jobs"] == {}
+    # A manager's output file names its job (local-PID.out): a live process stands in for the manager.
+    stand_in = subprocess.Popen(["sleep", "60"])
+    try:
+        batch = path / ".httk-workflow" / "batch"
+        batch.mkdir()
+        (batch / f"local-{stand_in.pid}.out").write_text("")
+        (batch / "unrelated.txt").write_text("")
+        found = cli.json("manager", "status", f"{here}:runs")["jobs"]
+        assert found == {str(stand_in.pid): {"state": "RUNNING", "finished": False, "succeeded": None}}
+        assert f"local job {stand_in.pid} on here: RUNNING" in cli("manager", "status", f"{here}:runs").stdout
+    finally:
+        stand_in.kill()
+        stand_in.wait()
 
 
 def test_check_looks_up_the_commands_the_batch_system_declares(cli, tmp_path):

@@ -160,3 +160,29 @@ def test_an_unknown_pbs_setting_is_refused_with_the_list():
     assert [each.setting for each in pbs.DIRECTIVES] == [
         "pbs.queue", "pbs.account", "pbs.project", "pbs.walltime", "pbs.select", "pbs.place",
     ]
+
+
+def test_raw_control_characters_in_string_values_are_read():
+    # Some PBS versions write a raw tab/newline inside Variable_List or Submit_arguments strings,
+    # which strict JSON refuses; the sample's Variable_List, with a raw tab put into one value.
+    text = sample("qstat-running-openpbs-23.06.json")
+    assert '"PBS_O_HOME":"' in text
+    text = text.replace('"PBS_O_HOME":"', '"PBS_O_HOME":"\t', 1)
+    assert parse_qstat(ok(text), ["1.pbs"])["1.pbs"] == BatchJobStatus("RUNNING", finished=False)
+
+
+def test_a_moved_job_is_finished_from_this_servers_view_with_an_unknown_outcome():
+    # job_state M: "moved to another server" (PBS Professional Reference Guide, "Job States");
+    # this server keeps only the history, so the job will not run here again.
+    text = sample("qstat-running-openpbs-23.06.json").replace('"job_state":"R"', '"job_state":"M"', 1)
+    assert parse_qstat(ok(text), ["1.pbs"])["1.pbs"] == BatchJobStatus("MOVED", finished=True, succeeded=None)
+
+
+def test_a_job_id_naming_a_server_matches_only_that_server():
+    text = sample("qstat-running-openpbs-23.06.json")  # job 1.pbs
+    assert parse_qstat(ok(text), ["1.pbs.example.org"])["1.pbs.example.org"].state == "RUNNING"
+    longer = text.replace('"1.pbs":', '"1.pbs.example.org":', 1)
+    assert parse_qstat(ok(longer), ["1.pbs"])["1.pbs"].state == "RUNNING"
+    # The same sequence number on another server is another job: not this one's status.
+    assert parse_qstat(ok(text), ["1.other"])["1.other"] == PbsBatchSystem.forgotten
+    assert parse_qstat(ok(text), ["1.pb"])["1.pb"] == PbsBatchSystem.forgotten

@@ -149,10 +149,10 @@ def test_job_submit_refuses_a_payload_that_is_not_here(cli, here, ws, tmp_path):
 def test_job_new_stages_the_local_input_file(cli, here, ws, tmp_path, monkeypatch):
     (tmp_path / "POSCAR").write_text(SI_POSCAR)
     monkeypatch.chdir(tmp_path)
-    job_id = cli("job", "new", "here:runs", "--workflow", "vasp-relax", "--input", "structure=POSCAR",
-                 "--tag", "silicon").stdout.strip()
-    shown = cli.json("job", "show", str(ws), job_id)
-    assert shown["job_key"] == f"silicon--{job_id}"
+    job_key = cli("job", "new", "here:runs", "--workflow", "vasp-relax", "--input", "structure=POSCAR",
+                  "--tag", "silicon").stdout.strip()
+    shown = cli.json("job", "show", str(ws), job_key)
+    assert shown["job_key"] == job_key and job_key.startswith("silicon--")
     [staged] = [p for p in Path(shown["paths"]["payload"]).rglob("*") if p.is_file() and p.read_text() == SI_POSCAR]
     assert staged.name == "POSCAR"
     # An absolute path is sent as .upload/N/NAME; a value that is no local file is passed on as it is.

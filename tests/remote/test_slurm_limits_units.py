@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 from remote_support import RecordingTransport
 
@@ -199,3 +200,67 @@ def test_unreadable_reports_become_notes_never_errors():
     )
     assert limits.partition == "batch" and limits.partition_state == ""
     assert allowed_submissions(2, limits).count == 2
+
+
+ASSOC_CHEM = ("Account|Partition|QOS|Def QOS|MaxSubmit|MaxJobs|MaxWall|GrpSubmit|GrpJobs\n"
+              "chem||normal,long|normal||||||\n")
+QOS_HEADER = "Name|MaxSubmitPU|MaxSubmitPA|MaxJobsPU|MaxJobsPA|MaxWall\n"
+
+
+def lines(count: int, first: int = 100) -> str:
+    return "".join(f"{first + n}\n" for n in range(count))
+
+
+def test_a_per_account_qos_limit_counts_the_accounts_jobs_not_only_yours():
+    # QOS normal admits 10 jobs per account; 2 are this user's, 9 the account's (7 of its other users).
+    transport = RecordingTransport(
+        CommandResult(0, "rar\n", ""),
+        recorded("scontrol-partitions-two.txt"),
+        CommandResult(0, lines(2), ""),
+        CommandResult(0, ASSOC_CHEM, ""),
+        CommandResult(0, QOS_HEADER + "normal||10|||\n", ""),
+        CommandResult(0, "Account|User|Partition|GrpSubmit|GrpJobs\nchem||||\nchem|rar|||\n", ""),
+        CommandResult(0, lines(9), ""),
+    )
+    limits = read_submit_limits(transport, {"slurm.account": "chem"}, timeout=5)
+    assert [argv for argv, _ in transport.calls][5:] == [
+        ["sacctmgr", "--parsable2", "show", "assoc", "account=chem", f"format={slurm_limits.ACCOUNT_FORMAT}"],
+        ["squeue", "-h", "-r", "-A", "chem", "-o", "%i"],
+    ]
+    assert (limits.max_submit, limits.account_max_submit, limits.account_queued) == (None, 10, 9)
+    allowance = allowed_submissions(5, limits)
+    assert allowance.count == 1
+    assert allowance.reason == ("QOS normal's MaxSubmitJobsPerAccount is 10 and 9 of account chem's jobs "
+                                "are already queued")
+
+
+def test_the_account_associations_grp_submit_is_read_and_held_against_the_accounts_jobs():
+    # sacctmgr show assoc user=rar lists only the user's rows; the account's own row carries GrpSubmit=20.
+    account_rows = parse_parsable("Account|User|Partition|GrpSubmit|GrpJobs\nchem|||20|\nchem|rar||50|\n"
+                                  "chem||gpu|3|\n")
+    limits = limits_from_reports(partitions=parse_partitions(sample("scontrol-partitions-two.txt")), wanted=[],
+                                 queued=4, associations=parse_parsable(ASSOC_CHEM), account="chem", qos_rows=[],
+                                 account_rows=account_rows, job_wall=None)
+    # The user's own row (50) is no account limit; gpu's row counts too: the smaller one, 3, applies.
+    assert (limits.account_max_submit, limits.account_max_submit_source) == (
+        3, "the account's GrpSubmitJobs (account chem, partition gpu)")
+    counted = allowed_submissions(5, attrs.evolve(limits, account_queued=2))
+    assert (counted.count, counted.reason) == (1, "the account's GrpSubmitJobs (account chem, partition gpu) is 3 "
+                                                  "and 2 of account chem's jobs are already queued")
+    # Not counted (squeue -A failed): the user's own 4 stand in, and the reason says the rest were not counted.
+    uncounted = allowed_submissions(5, limits)
+    assert uncounted.count == 0 and "the other jobs of account chem were not counted" in uncounted.reason
+
+
+def test_a_requested_qos_is_the_one_whose_limits_apply():
+    qos = parse_parsable(QOS_HEADER + "normal|50||||\nlong|5||||\n")
+    common = dict(partitions=parse_partitions(sample("scontrol-partitions-two.txt")), wanted=[], queued=0,
+                  associations=parse_parsable(ASSOC_CHEM), account="chem", qos_rows=qos, job_wall=None)
+    assert limits_from_reports(**common).max_submit == 50  # the association's default, normal
+    asked = limits_from_reports(**common, qos="long")
+    assert (asked.max_submit, asked.max_submit_source) == (5, "QOS long's MaxSubmitJobsPerUser")
+    transport = RecordingTransport(CommandResult(0, "rar\n", ""), recorded("scontrol-partitions-two.txt"),
+                                   CommandResult(0, "", ""), CommandResult(0, ASSOC_CHEM, ""),
+                                   CommandResult(0, QOS_HEADER + "normal|50||||\nlong|5||||\n", ""))
+    read = read_submit_limits(transport, {"slurm.account": "chem", "slurm.qos": "long"}, timeout=5)
+    assert read.max_submit == 5

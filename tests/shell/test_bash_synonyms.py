@@ -7,7 +7,8 @@ import json
 import pytest
 from shell_support import bridge
 
-from httk.workflow.shell_attempt import COMMANDS, Refused, assignments, json_or_text
+from httk.workflow.codec import json_or_text
+from httk.workflow.shell_attempt import COMMANDS, Refused, assignments
 
 
 @pytest.mark.parametrize(
@@ -54,14 +55,21 @@ def test_advance_takes_repeated_pairs_and_json_objects(make_attempt, runners):
     assert state == {"name": "alpha", "size": 3, "tags": ["x"], "ok": True, "code": "007"}
 
 
+def refused(attempt, *argv: str) -> str:
+    """The one stderr line of a bridge command refused with status 2 that wrote nothing in the control directory."""
+    result = bridge(*argv)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert sorted(path.name for path in attempt.control.iterdir()) == ["context.json"]
+    return lines[0]
+
+
 @pytest.mark.parametrize("bad", ["{nope", "[1]", "novalue"])
 def test_a_bad_state_argument_is_refused_and_writes_nothing(make_attempt, bad):
     attempt = make_attempt("start")
-    result = bridge("advance", "relax", "--state", "k=1", "--state", bad)
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and "--state" in result.stderr
+    assert "--state" in refused(attempt, "advance", "relax", "--state", "k=1", "--state", bad)
     assert not (attempt.payload / ".httk-job" / "state.json").exists()
-    assert sorted(path.name for path in attempt.control.iterdir()) == ["context.json"]
 
 
 def test_spawn_input_pairs_follow_the_value_rule(make_attempt, runners):
@@ -82,7 +90,7 @@ def test_spawn_input_pairs_follow_the_value_rule(make_attempt, runners):
 
 def test_parameter_is_input(make_attempt, workspace_spec, runners):
     make_attempt("start", spec=workspace_spec(inputs={"site": [1, 2], "name": "Si"}))
-    assert COMMANDS["parameter"] is COMMANDS["input"]
+    assert COMMANDS["parameter"] is COMMANDS["input"]  # one implementation
     body = (
         "step_start() {\n"
         "    local status=0\n"
@@ -98,6 +106,12 @@ def test_parameter_is_input(make_attempt, workspace_spec, runners):
     assert result.returncode == 0, result.stderr
     assert out.read_text(encoding="utf-8") == "[1,2]\nSi\ndflt\nstatus 1\n"
     assert bridge("batch", stdin="httk_workflow_parameter name\n").stdout == "Si\n"
+
+
+@pytest.mark.parametrize("spelling", ["input", "parameter"])
+def test_a_usage_error_names_the_function_called(make_attempt, spelling):
+    line = refused(make_attempt("start"), spelling)
+    assert line == f"httk_workflow_{spelling}: usage: httk_workflow_{spelling} NAME [DEFAULT]"
 
 
 def test_runlog_note_with_one_argument_takes_the_default_label(make_attempt, runners):

@@ -65,14 +65,13 @@ def test_repeated_cycles_see_new_names_and_the_parse_memory_stays_bounded(monkey
                 return found
 
     assert set(cycle()) == set(markers)
-    cursor = discovery._cursors[StateKind.SUBMITTED]
-    assert len(cursor._parsed) <= 3
+    assert discovery.names_held(StateKind.SUBMITTED) <= 3
     old = markers[0]
     new = type(old)(old.kind, old.placement, old.key, 7, old.generation, old.ref)
     ports.fs.rename(handle.store.marker_path(old), handle.store.marker_path(new), durable=False)
     again = cycle()
     assert new in again and old not in again and len(again) == 5
-    assert len(cursor._parsed) <= 3
+    assert discovery.names_held(StateKind.SUBMITTED) <= 3
 
 
 def test_a_flat_placement_costs_its_names_not_its_listing(tmp_path):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.store.workspaces import WorkspaceService
-from httk.workflow.testing import SimulatedCrash, memory_manager, memory_workspace, outcome_document, scripted_runner
-from memory_support import frame_of, kinds
+from httk.workflow.testing import memory_manager, memory_workspace, outcome_document, scripted_runner
+from memory_support import crash_first_run, frame_of, kinds
 
 DATA = "/ws/.httk-workflow/data"
 
@@ -148,21 +147,7 @@ def _crash_replay(points):
             "transaction/files/op-0001": b"new-a", "transaction/files/op-0002": b"c",
             "transaction/files/op-0004": b"final-a"}
 
-    def behaviour(launch):
-        scripted_runner(ports.fs, lambda _launch: tree)(launch)
-        ports.fs.sync_tree("/ws")
-        ports.fs.arm_crash(points)
-        return 0
-
-    first = memory_manager(handle, behaviour, manager_id="m-a", lease_seconds=10.0)
-    try:
-        first.run()
-        crashed = False
-    except SimulatedCrash:
-        crashed = True
-    ports.fs.crash()
-    fresh = WorkspaceService(handle.ports).open("/ws")
-    ports.clock.advance(1000.0)
+    fresh, crashed = crash_first_run(handle, scripted_runner(ports.fs, lambda _launch: tree), points)
     rerun = scripted_runner(ports.fs, lambda launch: {"outcome.json": outcome_document("fail", failure={
         "code": "rerun", "message": "the attempt ran twice"})})
     try:

@@ -5,8 +5,11 @@ The manager writes ``context.json`` (:class:`ContextDocument`; a step reads it a
 ``outcome.ready/`` — ``outcome.json`` (:class:`OutcomeDocument`),
 ``children/spawn.json`` (:class:`SpawnDocument`) and ``transaction/manifest.json``
 (:class:`TransactionDocument`) — which the manager reads in
-:mod:`.engine.outcome_reader`. Each record's format is defined once here and is
-written and checked by :mod:`.codec`; an unknown member is refused everywhere.
+:mod:`.engine.outcome_reader`, or ``error.json`` (:class:`RunnerErrorDocument`) when a
+handler died; a runner keeps its workdir batches in ``ops.json``
+(:class:`WorkdirBatchDocument`) and describes itself with :class:`RunnerDescription`.
+Each record's format is defined once here and is written and checked by
+:mod:`.codec`; an unknown member is refused everywhere.
 Spec: 001 "What an attempt reads", "What an attempt publishes";
 docs/workflow_filesystem_api.md "The outcome", "context.json".
 """
@@ -151,6 +154,23 @@ class TransactionDocument:
     operations: tuple[TransactionOperation, ...]
 
 
+# --------------------------------------------------------------------------- --describe
+
+
+@document_record
+class RunnerDescription:
+    """What a runner prints for ``--describe`` (``httk-workflow-runner-description`` v1): its workflow and steps.
+
+    Written by ``Runner.description`` (and so by the Bash SDK, byte for byte); read by
+    ``workflow show`` (:func:`.operations.workflows.describe`).
+    """
+
+    FORMAT: ClassVar[codec.Format] = codec.Format("httk-workflow-runner-description", 1)
+
+    workflow: str
+    steps: tuple[str, ...]
+
+
 # --------------------------------------------------------------------------- context.json
 
 
@@ -203,3 +223,69 @@ class ContextDocument:
     settings: dict[str, Any] | None = None
     restart: dict[str, Any] | None = None
     children: tuple[ContextChild, ...] | None = None
+
+
+# --------------------------------------------------------------------------- error.json, workdir batches
+
+#: A member that only one SDK writes (or only some operations carry) is written only when set.
+_WHEN_SET: dict[str, Any] = {OMIT_WHEN_NONE: True}
+
+
+@document_record
+class RunnerErrorDocument:
+    """``error.json`` (``httk-workflow-runner-error`` v1): the breadcrumb of a handler that raised or died.
+
+    ``traceback`` is the Python SDK's; ``file``, ``line`` and ``command`` are the Bash SDK's
+    (the line a handler died on, when Bash knows it). The manager turns it into a
+    ``runner_error`` failure (:mod:`.engine.outcome_reader`); ``job why`` quotes it.
+    """
+
+    FORMAT: ClassVar[codec.Format] = codec.Format("httk-workflow-runner-error", 1)
+
+    exception: str
+    message: str
+    step: str | None = None
+    traceback: str | None = attrs.field(default=None, metadata=_WHEN_SET)
+    file: str | None = attrs.field(default=None, metadata=_WHEN_SET)
+    line: int | None = attrs.field(default=None, metadata=_WHEN_SET)
+    command: str | None = attrs.field(default=None, metadata=_WHEN_SET)
+
+    @property
+    def summary(self) -> str:
+        """``Exception: message``, as a failure message and ``job why`` quote it."""
+        return f"{self.exception}: {self.message}".strip()
+
+
+WORKDIR_OPERATIONS = {"write": ("staged",), "remove": (), "rename": ("destination",)}
+
+
+@document_record
+class WorkdirOperation:
+    """One staged workdir change: ``write`` (``staged`` to ``path``), ``remove``, or ``rename`` to ``destination``.
+
+    The paths are checked (relative, inside the workdir) when the batch is applied.
+    """
+
+    op: Annotated[str, one_of(tuple(WORKDIR_OPERATIONS))]
+    path: str
+    staged: str | None = attrs.field(default=None, metadata=_WHEN_SET)
+    destination: str | None = attrs.field(default=None, metadata=_WHEN_SET)
+
+    def __attrs_post_init__(self) -> None:
+        for member in WORKDIR_OPERATIONS[self.op]:
+            if getattr(self, member) is None:
+                raise codec.Problem(f"required by the op {self.op!r}", member)
+
+
+@document_record
+class WorkdirBatchDocument:
+    """``.httk-runner/workdir-ready/<id>/ops.json`` (``httk-workflow-workdir-batch`` v1): one sealed batch.
+
+    Written by ``Attempt.workdir_batch()`` and applied in order, from its ``progress.json``, by the same
+    runner or the next attempt in the workdir (:func:`.outcome.apply_sealed_batch`).
+    """
+
+    FORMAT: ClassVar[codec.Format] = codec.Format("httk-workflow-workdir-batch", 1)
+
+    id: str
+    operations: tuple[WorkdirOperation, ...]

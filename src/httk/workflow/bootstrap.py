@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.plugins import EntryPointCatalog
+from .languages.installation import find_module
 from .operations.registry import Registry
 from .operations.remotes import Remote, RemoteRegistry
 from .ports import BatchSystem, Clock, Filesystem, Ids, ProcessControl, RemoteTransport, Signer, Verifier
@@ -55,7 +57,17 @@ def _import_dependency_injector() -> None:
     With pydantic and PyYAML installed (pymatgen brings them), its ``providers`` module
     imports them eagerly: about 0.3 s of every command's start-up. A backend already
     imported is used as it is, and every one is importable as usual afterwards.
+
+    The finder is process-wide, so it is installed only while this is the only
+    thread (the CLI; ``threading`` knows of no other): a program that imports this
+    module lazily with other threads running (an SDK program through
+    ``workspace.py``) imports dependency-injector plainly, slower but without
+    refusing another thread's ``import yaml``. The trick relies on how
+    dependency-injector imports its backends; pyproject.toml pins the tested range.
     """
+    if threading.active_count() != 1:
+        import dependency_injector.containers  # noqa: F401
+        return
     finder = _HideBackends()
     sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
     try:
@@ -161,7 +173,8 @@ class Container(containers.DeclarativeContainer):
     #: The batch systems and transports, registered only through entry points (ARCHITECTURE.md rule 7);
     #: a test overrides it with ``EntryPointCatalog(given={group: {name: double}})``.
     plugins = providers.Singleton(EntryPointCatalog)
-    ports = providers.Singleton(Ports, fs=fs, clock=clock, ids=ids, check_setting=plugins.provided.check_setting)
+    ports = providers.Singleton(Ports, fs=fs, clock=clock, ids=ids, check_setting=plugins.provided.check_setting,
+                                find_module=find_module)
     workspaces = providers.Singleton(WorkspaceService, ports=ports)
     #: This user's workspace names (a Factory: the paths are read from ``config`` on each call).
     registry = providers.Factory(Registry, fs, config.registry_path, config.default_workspace)

@@ -121,33 +121,33 @@ def _is_array(kind: Any) -> bool:
             and typing.get_args(kind)[1] is ... and not _is_strings(kind))
 
 
+def _guarded(inner: Callable[[Any, Any], Any], kind: Any, json_type: type, expected: str) -> Callable[[Any, Any], Any]:
+    """cattrs' structure function ``inner`` of ``kind``, behind a check that it got a JSON ``expected``.
+
+    Unguarded, cattrs would iterate a string, or an object's keys, as if it were an array,
+    and read a record's members off whatever it was handed.
+    """
+
+    def structure(value: Any, _kind: Any) -> Any:
+        if not isinstance(value, json_type):
+            raise Problem(f"expected {expected}, got {type_name(value)}")
+        return inner(value, kind)
+
+    return structure
+
+
 def _array(made: Any, kind: Any) -> Callable[[Any, Any], Any]:
     """cattrs' structure function of ``tuple[X, ...]``, behind a check that it got an array."""
     from cattrs.cols import homogenous_tuple_structure_factory
 
-    inner = homogenous_tuple_structure_factory(kind, made)
-
-    def structure(value: Any, _kind: Any) -> Any:
-        # cattrs would iterate a string, or an object's keys, as if it were the array.
-        if not isinstance(value, list):
-            raise Problem(f"expected array, got {type_name(value)}")
-        return inner(value, kind)
-
-    return structure
+    return _guarded(homogenous_tuple_structure_factory(kind, made), kind, list, "array")
 
 
 def _record(made: Any, cls: type) -> Callable[[Any, Any], Any]:
     """cattrs' generated structure function of an attrs record, behind a check that it got an object."""
     from cattrs.gen import make_dict_structure_fn
 
-    inner = make_dict_structure_fn(cls, made)
-
-    def structure(value: Any, _kind: Any) -> Any:
-        if not isinstance(value, dict):
-            raise Problem(f"expected object, got {type_name(value)}")
-        return inner(value, cls)
-
-    return structure
+    return _guarded(make_dict_structure_fn(cls, made), cls, dict, "object")
 
 
 def _is_checked(kind: Any) -> bool:
@@ -251,6 +251,20 @@ def decode(data: bytes, document: str) -> Any:
         raise DocumentError(document, "$", problem) from None
     except ValueError as error:  # e.g. an integer beyond the interpreter's digit limit
         raise DocumentError(document, "$", str(error).split(";")[0]) from None
+
+
+def json_or_text(text: str) -> Any:
+    """``text`` as a JSON value when it parses as one (:func:`decode`'s rules), otherwise ``text`` itself.
+
+    How a value typed as text becomes typed: ``2`` the number, ``true`` a boolean,
+    ``["a"]`` an array, ``"alpha"`` and ``alpha`` both the string alpha, ``007`` and
+    ``NaN`` strings (not JSON). Used for ``NAME=VALUE`` in Bash, ``HTTK_<NAME>``
+    settings in ``Attempt.setting`` and ``job new --input``.
+    """
+    try:
+        return decode(text.encode("utf-8"), "value")
+    except DocumentError:
+        return text
 
 
 def decode_object(data: bytes, document: str) -> dict[str, Any]:

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codec
 from .adapters.fs_posix import PosixFilesystem
-from .attempt_records import SpawnDocument, SpawnEntry, TransactionDocument, TransactionOperation
+from .attempt_records import (
+    RunnerErrorDocument,
+    SpawnDocument,
+    SpawnEntry,
+    TransactionDocument,
+    TransactionOperation,
+    WorkdirBatchDocument,
+    WorkdirOperation,
+)
 from .domain.model import control_character
 from .protocol import PRIVATE_DIR, JobSpec
 from .runtime import ChildSpec
@@ -36,8 +44,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-ERROR_FORMAT = "httk-workflow-runner-error"
-BATCH_FORMAT = "httk-workflow-workdir-batch"
 READY = "outcome.ready"
 DRAFT_PREFIX = "outcome.tmp."
 RUNNER_DIR = ".httk-runner"
@@ -69,10 +75,10 @@ def _copy(source: Path, destination: Path) -> None:
         raise FileNotFoundError(f"{source}: no such file or directory to stage")
 
 
-def write_error(control: Path, document: dict[str, Any], *, durable: bool, fs: Filesystem | None = None) -> Path:
+def write_error(control: Path, error: RunnerErrorDocument, *, durable: bool, fs: Filesystem | None = None) -> Path:
     """Publish ``error.json`` (``httk-workflow-runner-error`` v1) in the control directory."""
     path = control / "error.json"
-    data = codec.encode({"format": ERROR_FORMAT, "format_version": 1, **document})
+    data = codec.encode(codec.unstructure(error))
     (fs if fs is not None else PosixFilesystem()).write_atomic(os.fspath(path), data, durable=durable)
     return path
 
@@ -295,7 +301,7 @@ class WorkdirBatch:
         self._fs = fs if fs is not None else PosixFilesystem()
         self.id = new_id()
         self._staging = workdir / RUNNER_DIR / "workdir-staging" / self.id
-        self.operations: list[dict[str, Any]] = []
+        self.operations: list[WorkdirOperation] = []
         self._sealed: Path | None = None
 
     def _path(self, relpath: str | os.PathLike[str]) -> str:
@@ -318,15 +324,15 @@ class WorkdirBatch:
         # Durable: the chain of new directories down to the staging area is synced as it is created.
         self._fs.makedirs(os.fspath(target.parent), durable=self._durable)
         target.write_bytes(bytes(data))
-        self.operations.append({"op": "write", "path": path, "staged": staged})
+        self.operations.append(WorkdirOperation("write", path, staged=staged))
 
     def remove(self, relpath: str | os.PathLike[str]) -> None:
         """Stage the removal of a file or tree (absent is fine)."""
-        self.operations.append({"op": "remove", "path": self._path(relpath)})
+        self.operations.append(WorkdirOperation("remove", self._path(relpath)))
 
     def rename(self, source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
         """Stage a rename that replaces ``destination``."""
-        self.operations.append({"op": "rename", "path": self._path(source), "destination": self._path(destination)})
+        self.operations.append(WorkdirOperation("rename", self._path(source), destination=self._path(destination)))
 
     def seal(self) -> Path | None:
         """Make the batch durable under ``workdir-ready/<uuid>/``; ``None`` for an empty batch."""
@@ -336,8 +342,8 @@ class WorkdirBatch:
             self.discard()
             return None
         self._fs.makedirs(os.fspath(self._staging), durable=self._durable)
-        document = {"format": BATCH_FORMAT, "format_version": 1, "id": self.id, "operations": self.operations}
-        (self._staging / "ops.json").write_bytes(codec.encode(document))
+        document = WorkdirBatchDocument(self.id, tuple(self.operations))
+        (self._staging / "ops.json").write_bytes(codec.encode(codec.unstructure(document)))
         if self._durable:
             self._fs.sync_tree(os.fspath(self._staging))
         sealed = self._workdir / RUNNER_DIR / "workdir-ready" / self.id
@@ -359,47 +365,33 @@ def _inside(workdir: Path, target: Path, batch: Path) -> tuple[Path, str]:
     return target, os.path.join(real_parent, target.name)
 
 
-def _check_operation(batch: Path, index: int, operation: Any) -> dict[str, Any]:
-    name = os.fspath(batch / "ops.json")
-    if not isinstance(operation, dict):
-        raise codec.DocumentError(name, f"$.operations[{index}]", "expected an object")
-    required = {"write": ("path", "staged"), "remove": ("path",), "rename": ("path", "destination")}
-    kind = operation.get("op")
-    if kind not in required:
-        raise codec.DocumentError(name, f"$.operations[{index}].op", "expected write, remove or rename")
-    for member in required[kind]:
-        if not isinstance(operation.get(member), str):
-            raise codec.DocumentError(name, f"$.operations[{index}].{member}", "expected a string")
-    return operation
-
-
-def _apply_one(fs: Filesystem, workdir: Path, batch: Path, operation: dict[str, Any], *, durable: bool) -> None:
+def _apply_one(fs: Filesystem, workdir: Path, batch: Path, operation: WorkdirOperation, *, durable: bool) -> None:
     """Apply one op; each is safe to repeat after it completed (or half-completed) once.
 
     Each op replaces what is at its destination: a write publishes the staged bytes
     atomically, a rename first removes the destination and then renames without
     overwriting (a replay finds the source gone and the destination present).
     """
-    kind = operation.get("op")
-    target, reached = _inside(workdir, workdir / check_relative(operation["path"], "workdir path"), batch)
+    kind = operation.op
+    target, reached = _inside(workdir, workdir / check_relative(operation.path, "workdir path"), batch)
     if kind == "write":
         if target.is_dir() and not target.is_symlink():
             fs.rmtree(os.fspath(target))
-        staged = fs.read_bytes(os.fspath(batch / check_relative(operation["staged"], "staged file")))
+        staged = fs.read_bytes(os.fspath(batch / check_relative(operation.staged or "", "staged file")))
         fs.write_atomic(os.fspath(target), staged, durable=durable)
     elif kind == "remove":
         fs.rmtree(os.fspath(target))
         if durable and fs.lstat(os.fspath(target.parent)) is not None:  # a missing parent holds no name to sync
             fs.fsync_dir(os.fspath(target.parent))
     elif kind == "rename":
-        path = operation["destination"]
+        path = operation.destination or ""
         destination, destination_reached = _inside(workdir, workdir / check_relative(path, "workdir path"), batch)
         if fs.exists(os.fspath(target)):
             if reached != destination_reached:  # the same name twice (perhaps through a link): nothing to do
                 fs.rmtree(os.fspath(destination))
                 fs.rename(os.fspath(target), os.fspath(destination), durable=durable)
         elif not fs.exists(os.fspath(destination)):
-            raise FileNotFoundError(f"workdir batch {batch.name}: cannot rename missing {operation['path']!r}")
+            raise FileNotFoundError(f"workdir batch {batch.name}: cannot rename missing {operation.path!r}")
     else:
         raise ValueError(f"workdir batch {batch.name}: unknown op {kind!r}")
 
@@ -407,17 +399,13 @@ def _apply_one(fs: Filesystem, workdir: Path, batch: Path, operation: dict[str, 
 def apply_sealed_batch(workdir: Path, batch: Path, *, durable: bool, fs: Filesystem | None = None) -> None:
     """Apply a sealed batch from its recorded progress, then move it to ``workdir-applied/``."""
     fs = fs if fs is not None else PosixFilesystem()
-    document = codec.decode_object((batch / "ops.json").read_bytes(), os.fspath(batch / "ops.json"))
-    operations = document.get("operations")
-    if document.get("format") != BATCH_FORMAT or not isinstance(operations, list):
-        raise codec.DocumentError(os.fspath(batch / "ops.json"), "$", f"expected an {BATCH_FORMAT} document")
+    operations = _read(batch / "ops.json", WorkdirBatchDocument).operations
     progress_path = batch / "progress.json"
     applied = 0
     if progress_path.exists():
         applied = int(codec.decode_object(progress_path.read_bytes(), os.fspath(progress_path))["applied"])
-    checked = [_check_operation(batch, index, operation) for index, operation in enumerate(operations)]
-    for index in range(applied, len(checked)):
-        _apply_one(fs, workdir, batch, checked[index], durable=durable)
+    for index in range(applied, len(operations)):
+        _apply_one(fs, workdir, batch, operations[index], durable=durable)
         # Recorded after the op took effect: a crash in between repeats one idempotent op.
         fs.write_atomic(os.fspath(progress_path), codec.encode({"applied": index + 1}), durable=durable)
     # Creates workdir-applied/ when missing; durable, it syncs it and workdir-ready/.

@@ -140,6 +140,13 @@ class Filesystem(Protocol):
         parent directories. With ``durable`` the affected directories are synced.
         """
 
+    def exchange(self, first: str, second: str, *, durable: bool) -> None:
+        """Swap the two existing names atomically: a reader sees either both old or both new.
+
+        ``FileNotFoundError`` when either name is missing. With ``durable`` the
+        affected directories are synced; an unsynced exchange may be undone by a crash.
+        """
+
     def open_appender(self, path: str, *, create: bool = True) -> Appender: ...
 
     def scandir(self, path: str) -> Iterator[Entry]:
@@ -213,6 +220,25 @@ class Filesystem(Protocol):
         The first retry comes after 10 ms and the pause doubles up to 0.5 s, so a
         healthy filesystem pays one probe and a lying one is waited out.
         """
+
+
+def walk_tree(
+    fs: Filesystem, root: str, keep: Callable[[str, Entry], bool] | None = None
+) -> Iterator[tuple[str, Entry]]:
+    """Every entry below ``root`` as ``(name relative to root, entry)``; links are listed, never followed.
+
+    An entry ``keep`` refuses is neither yielded nor, for a directory, entered.
+    """
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        for entry in fs.scandir(f"{root}/{relative}" if relative else root):
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            if keep is not None and not keep(name, entry):
+                continue
+            yield name, entry
+            if entry.is_dir and not entry.is_symlink:
+                pending.append(name)
 
 
 class Ids(Protocol):
@@ -331,6 +357,10 @@ class BatchSystemError(Exception):
     """A batch scheduler refused or misunderstood a request; the message is one line."""
 
 
+class BatchCommandMissing(BatchSystemError):
+    """A command the batch system declares is not installed where it runs (the shell's exit 127)."""
+
+
 @attrs.frozen
 class BatchJobStatus:
     """One batch job as its scheduler reports it.
@@ -378,6 +408,10 @@ class BatchSystem(Protocol):
         report it cannot read: that becomes one of the limits' notes)."""
 
 
+#: Where a streamed command's output goes, chunk by chunk as it arrives.
+OutputSink = Callable[[bytes], None]
+
+
 @attrs.frozen
 class CommandResult:
     """What running one argv on a transport produced (127: the command was not found)."""
@@ -397,14 +431,7 @@ class RemoteTransport(Protocol):
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None) -> CommandResult:
         """Run ``argv`` there, with ``input`` on its stdin (else an empty stdin)."""
 
-    def stream(
-        self,
-        argv: Sequence[str],
-        *,
-        out: Callable[[bytes], None],
-        err: Callable[[bytes], None],
-        timeout: float | None = None,
-    ) -> int:
+    def stream(self, argv: Sequence[str], *, out: OutputSink, err: OutputSink, timeout: float | None = None) -> int:
         """Run ``argv`` there with an empty stdin, handing its output to ``out``/``err`` as it arrives.
 
         Returns the exit status; the same connection as ``run`` and ``put`` is used.

@@ -53,6 +53,21 @@ def _path_or_none(value: Any) -> Path | None:
     return Path(value) if isinstance(value, str) and value else None
 
 
+#: Members ``context.json`` holds as strings that a step is handed as paths.
+_PATH_MEMBERS = frozenset({"workspace", "payload", "workdir", "data", "control"})
+
+
+def _members(record: Any, **overrides: Any) -> dict[str, Any]:
+    """``record``'s members by name (the path members as :class:`Path`, empty as ``None``), then ``overrides``.
+
+    The SDK views carry the same member names as their document records, so one copy serves both.
+    """
+    values = {field.name: getattr(record, field.name) for field in attrs.fields(type(record))}
+    for name in _PATH_MEMBERS & values.keys():
+        values[name] = _path_or_none(values[name])
+    return {**values, **overrides}
+
+
 # --------------------------------------------------------------------------- context
 
 
@@ -75,16 +90,7 @@ class ChildResult:
 
     @classmethod
     def from_record(cls, record: ContextChild) -> ChildResult:
-        return cls(
-            label=record.label,
-            job_id=record.job_id,
-            job_key=record.job_key,
-            kind=record.kind,
-            failure=record.failure,
-            payload=Path(record.payload),
-            workdir=_path_or_none(record.workdir),
-            data=_path_or_none(record.data),
-        )
+        return cls(**_members(record, payload=Path(record.payload)))
 
 
 class Children(Sequence[ChildResult]):
@@ -179,34 +185,14 @@ class AttemptContext:
     def from_json(cls, document: Any, name: str = "context.json") -> AttemptContext:
         """Structure a parsed ``context.json``; a malformed member raises ``DocumentError`` naming it."""
         record = codec.structure(document, ContextDocument, name)
-        return cls(
-            job_id=record.job_id,
-            attempt_id=record.attempt_id,
-            step=record.step,
-            durable=record.durable,
-            workspace=_path_or_none(record.workspace),
-            workspace_id=record.workspace_id,
-            job_key=record.job_key,
-            placement=record.placement,
-            activation_id=record.activation_id,
-            activation_ordinal=record.activation_ordinal,
-            attempt_ordinal=record.attempt_ordinal,
-            total_attempts=record.total_attempts,
-            payload=_path_or_none(record.payload),
-            workdir=_path_or_none(record.workdir),
-            data=_path_or_none(record.data),
-            control=_path_or_none(record.control),
-            workdir_mode=record.workdir_mode,
-            data_mode=record.data_mode,
-            manager_id=record.manager_id,
-            host=record.host,
-            created_at=record.created_at,
+        return cls(**_members(
+            record,
             runner=record.runner or {},
             settings=record.settings or {},
             restart=record.restart or {},
             children=tuple(ChildResult.from_record(child) for child in record.children or ()),
             document=document,
-        )
+        ))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], fs: Filesystem | None = None) -> AttemptContext:

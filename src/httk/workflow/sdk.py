@@ -25,7 +25,7 @@ from typing import Any, overload
 from . import codec
 from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
-from .attempt_records import OutcomeDocument
+from .attempt_records import OutcomeDocument, RunnerDescription, RunnerErrorDocument
 from .domain.model import (
     Failure,
     JobKey,
@@ -52,7 +52,6 @@ from .runtime import AttemptContext, Children, ChildSpec, CommandResult, JobStat
 
 __all__ = ["Attempt", "Runner"]
 
-DESCRIPTION_FORMAT = "httk-workflow-runner-description"
 RUNNER_STEPS_FILE = "runner-steps.json"
 Handler = Callable[["Attempt"], Any]
 _MISSING: Any = object()
@@ -220,10 +219,7 @@ class Attempt:
         if raw is not None:
             if name in settings and raw == _exported(settings[name]):
                 return settings[name]
-            try:
-                return codec.decode(raw.encode("utf-8"), setting_env_name(name))
-            except codec.DocumentError:
-                return raw
+            return codec.json_or_text(raw)
         if name in settings:
             return settings[name]
         return default
@@ -523,13 +519,9 @@ class Runner:
         return handler
 
     def description(self) -> dict[str, Any]:
-        """The ``httk-workflow-runner-description`` v1 object."""
-        return {
-            "format": DESCRIPTION_FORMAT,
-            "format_version": 1,
-            "workflow": self._workflow,
-            "steps": sorted(self._handlers),
-        }
+        """The ``httk-workflow-runner-description`` v1 object (:class:`~.attempt_records.RunnerDescription`)."""
+        document: dict[str, Any] = codec.unstructure(RunnerDescription(self._workflow, tuple(sorted(self._handlers))))
+        return document
 
     def main(self, argv: list[str] | None = None) -> int:
         """Dispatch the step the manager asked for; return 0 for every ending turned into an outcome."""
@@ -573,12 +565,7 @@ class Runner:
             attempt._draft.discard()
             write_error(
                 attempt.control,
-                {
-                    "step": step,
-                    "exception": type(error).__name__,
-                    "message": str(error),
-                    "traceback": traceback.format_exc(),
-                },
+                RunnerErrorDocument(type(error).__name__, str(error), step=step, traceback=traceback.format_exc()),
                 durable=attempt.context.durable,
                 fs=attempt._fs,
             )

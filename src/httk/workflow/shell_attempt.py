@@ -124,28 +124,16 @@ def seconds_arg(text: str | None, what: str) -> float | None:
         raise Refused(f"{what} must be a number of seconds, got {text!r}") from None
 
 
-def json_or_text(text: str) -> Any:
-    """The value of ``NAME=VALUE``: VALUE as JSON when it parses as JSON, otherwise VALUE as a string.
-
-    So ``size=2`` is the number 2, ``ok=true`` a boolean, ``tags=["a"]`` an array, ``name="alpha"``
-    and ``name=alpha`` both the string alpha, and ``code=007`` the string 007 (not JSON).
-    """
+def assignments(items: Sequence[str], what: str) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs into a mapping, each value by :func:`.codec.json_or_text`; a later NAME wins."""
     from . import codec
 
-    try:
-        return codec.decode(text.encode("utf-8"), "value")
-    except codec.DocumentError:
-        return text
-
-
-def assignments(items: Sequence[str], what: str) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs into a mapping, each value by :func:`json_or_text`; a later NAME wins."""
     result: dict[str, Any] = {}
     for item in items:
         name, equals, text = item.partition("=")
         if not equals or not name:
             raise Refused(f"{what} must be NAME=VALUE, got {item!r}")
-        result[name] = json_or_text(text)
+        result[name] = codec.json_or_text(text)
     return result
 
 
@@ -175,6 +163,9 @@ class Session:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self._attempt: Attempt | None = None
+        #: The function the runner called for the command running now (``httk_workflow_parameter``):
+        #: one command serves a function and its synonym, and a usage line names the one called.
+        self.command = ""
 
     def emit(self, value: Any) -> None:
         """Strings verbatim, every other value as canonical JSON; one line."""
@@ -261,8 +252,11 @@ def cmd_context(session: Session, args: list[str]) -> int:
 
 
 def cmd_input(session: Session, args: list[str]) -> int:
-    """One job input (``Attempt.input``); a missing one without a default is absent."""
-    count_args(args, 1, 2, "httk_workflow_input NAME [DEFAULT]")
+    """One job input (``Attempt.input``); a missing one without a default is absent.
+
+    Also ``httk_workflow_parameter`` (the 2.1 spelling), so its usage line names the function called.
+    """
+    count_args(args, 1, 2, f"{session.command or 'httk_workflow_input'} NAME [DEFAULT]")
     try:
         value = session.attempt().input(*args)
     except KeyError:

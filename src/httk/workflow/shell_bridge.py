@@ -89,6 +89,7 @@ def cmd_error(session: Session, args: list[str]) -> int:
     import shutil
     from pathlib import Path
 
+    from .attempt_records import RunnerErrorDocument
     from .outcome import DRAFT_PREFIX, write_error
     from .runner_env import durable_from_env
 
@@ -106,14 +107,14 @@ def cmd_error(session: Session, args: list[str]) -> int:
         exception, message = "CommandFailed", f"command {command!r} failed with status {status}"
     else:
         exception, message = "HandlerExit", f"the handler exited with status {status} ({command})"
-    document = {
-        "step": options.get("step") or os.environ.get("HTTK_WORKFLOW_STEP"),
-        "exception": exception,
-        "message": message,
-        "file": options.get("file") or None,
-        "line": int(line) if line.isdigit() else None,
-        "command": command,
-    }
+    document = RunnerErrorDocument(
+        exception,
+        message,
+        step=options.get("step") or os.environ.get("HTTK_WORKFLOW_STEP"),
+        file=options.get("file") or None,
+        line=int(line) if line.isdigit() else None,
+        command=command,
+    )
     write_error(Path(control), document, durable=durable_from_env())
     return EXIT_OK
 
@@ -341,7 +342,8 @@ def dispatch(session: Session, argv: Sequence[str], where: str = "") -> int:
     """Run one command and map its ending onto the exit-code discipline."""
     name = command_name(argv[0]) if argv else ""
     command = COMMANDS.get(name)
-    label = where + ("httk_" if name in _UTILITIES else "httk_workflow_") + name
+    session.command = ("httk_" if name in _UTILITIES else "httk_workflow_") + name
+    label = where + session.command
     if command is None:
         sys.stderr.write(f"{where}httk.workflow.shell_bridge: unknown command {name!r}\n")
         return EXIT_REFUSED

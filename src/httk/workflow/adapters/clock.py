@@ -10,6 +10,11 @@ from __future__ import annotations
 import time
 
 
+def local_time_text(epoch: float, format: str) -> str:
+    """``epoch`` as this host's local time in ``time.strftime``'s ``format`` (a v1 run's name)."""
+    return time.strftime(format, time.localtime(epoch))
+
+
 class SystemClock:
     """:class:`~httk.workflow.ports.Clock` backed by :mod:`time`."""
 

@@ -6,7 +6,9 @@ fsync, rename, fsync of the directory), and :meth:`PosixFilesystem.rename` never
 overwrites, so exactly one actor can move a given source name (the marker fence).
 The no-overwrite rename is ``renameat2(RENAME_NOREPLACE)``; where the kernel or the
 filesystem lacks it (old kernels, NFS) it falls back to ``link`` + ``unlink`` for
-files and a checked ``rename`` for directories.
+files and a checked ``rename`` for directories. :meth:`PosixFilesystem.exchange` is
+``renameat2(RENAME_EXCHANGE)``; only where that is refused as unsupported does it fall
+back to three plain renames, which are not atomic.
 """
 
 from __future__ import annotations
@@ -24,28 +26,20 @@ from typing import TypeVar
 
 from httk.workflow.ports import DOCUMENT_LIMIT, DocumentTooLarge, Entry, FileStat, NotRegularFile
 
+from .renames import (
+    _AT_FDCWD,
+    _RENAME_NOREPLACE,
+    _RENAMEAT2,
+    _UNSUPPORTED,
+    _os_error,
+    _temp_sibling,
+    exchange_names,
+)
+
 T = TypeVar("T")
 
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
-# Errors meaning "this kernel or filesystem cannot do RENAME_NOREPLACE", not "the rename failed".
-_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 _FIRST_PAUSE = 0.01
 _MAX_PAUSE = 0.5
-
-
-def _load_renameat2() -> Callable[..., int] | None:
-    """The libc ``renameat2`` function, or ``None`` where libc does not export it."""
-    try:
-        function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
-
-
-_RENAMEAT2 = _load_renameat2()
 
 
 #: Open one name of a walk: a link itself is opened, not followed (``O_PATH`` where Linux has it, so
@@ -64,18 +58,6 @@ def _components_below(root: str, path: str) -> list[str]:
     if ".." in parts:
         raise ValueError(f"{path}: '..' is not allowed below {root}")
     return parts
-
-
-def _temp_sibling(path: str) -> str:
-    """``<dir>/.<basename>.tmp.<random hex>``: hidden, unique, in the same directory as ``path``."""
-    directory, name = os.path.split(path)
-    # os.urandom, not secrets: the same kernel randomness without importing hmac and random at runner start-up.
-    return os.path.join(directory, f".{name}.tmp.{os.urandom(8).hex()}")
-
-
-def _os_error(code: int, path: str, other: str | None = None) -> OSError:
-    """An ``OSError`` of the subclass Python maps ``code`` to (FileExistsError, ...)."""
-    return OSError(code, os.strerror(code), path, None, other)
 
 
 def _kind_of(mode: int) -> str:
@@ -185,11 +167,17 @@ class _PosixAppender:
 #: fsyncs in flight at once in a group commit: ext4 and xfs then commit many in one journal
 #: transaction (about 4x fewer milliseconds per file than one at a time on the reference machine).
 _SYNC_THREADS = 16
+#: Fewer paths than this are synced one after another: starting (and joining) a thread pool
+#: costs more than overlapping a handful of fsyncs saves, and every first attempt syncs two.
+_OVERLAP_FROM = 8
 
 
 def _overlapped(function: Callable[[str], None], paths: Sequence[str]) -> None:
-    """Call ``function`` on every path, up to ``_SYNC_THREADS`` at once (fsync releases the GIL)."""
-    if len(paths) < 2:
+    """Call ``function`` on every path, up to ``_SYNC_THREADS`` at once (fsync releases the GIL).
+
+    Below :data:`_OVERLAP_FROM` paths, one at a time in order, without threads.
+    """
+    if len(paths) < _OVERLAP_FROM:
         for path in paths:
             function(path)
         return
@@ -426,6 +414,15 @@ class PosixFilesystem:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(destination)
             raise _os_error(errno.ENOENT, source, destination) from None
+
+    def exchange(self, first: str, second: str, *, durable: bool) -> None:
+        """Swap two existing names (``renameat2(RENAME_EXCHANGE)``; see :func:`.renames.exchange_names`)."""
+        exchange_names(self._renameat2, first, second)
+        if durable:
+            first_dir, second_dir = os.path.dirname(first), os.path.dirname(second)
+            _fsync_dir(first_dir)
+            if second_dir != first_dir:
+                _fsync_dir(second_dir)
 
     def open_appender(self, path: str, *, create: bool = True) -> _PosixAppender:
         """Open ``path`` for appending (creating it and its parents when ``create``)."""

@@ -15,10 +15,10 @@ import selectors
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..ports import CommandResult, TransportError
+from ..ports import CommandResult, OutputSink, TransportError
 
 
 class LocalTransport:
@@ -66,14 +66,7 @@ class LocalTransport:
             raise TransportError(f"local: {argv[0]} did not finish within {timeout:g} s") from None
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
-    def stream(
-        self,
-        argv: Sequence[str],
-        *,
-        out: Callable[[bytes], None],
-        err: Callable[[bytes], None],
-        timeout: float | None = None,
-    ) -> int:
+    def stream(self, argv: Sequence[str], *, out: OutputSink, err: OutputSink, timeout: float | None = None) -> int:
         """Run ``argv`` with an empty stdin, handing its output to ``out``/``err`` as it arrives."""
         if not argv:
             raise TransportError("local: empty command")

@@ -28,13 +28,13 @@ import select
 import shlex
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import paramiko
 from fabric import Connection
 
-from ..ports import CommandResult, TransportError
+from ..ports import CommandResult, OutputSink, TransportError
 
 #: Bytes read from a channel at a time.
 _CHUNK = 1 << 16
@@ -241,14 +241,7 @@ class SshTransport:
         returncode = self._execute(argv, input, timeout, stdout.extend, stderr.extend)
         return CommandResult(returncode, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"))
 
-    def stream(
-        self,
-        argv: Sequence[str],
-        *,
-        out: Callable[[bytes], None],
-        err: Callable[[bytes], None],
-        timeout: float | None = None,
-    ) -> int:
+    def stream(self, argv: Sequence[str], *, out: OutputSink, err: OutputSink, timeout: float | None = None) -> int:
         """Run ``argv`` with an empty stdin, handing its output to ``out``/``err`` as it arrives."""
         return self._execute(argv, None, timeout, out, err)
 
@@ -257,8 +250,8 @@ class SshTransport:
         argv: Sequence[str],
         input: str | None,
         timeout: float | None,
-        out: Callable[[bytes], None],
-        err: Callable[[bytes], None],
+        out: OutputSink,
+        err: OutputSink,
     ) -> int:
         """One command on a new channel of the reused connection; its exit status.
 
@@ -303,8 +296,8 @@ class SshTransport:
         deadline: float | None,
         program: str,
         timeout: float | None,
-        out: Callable[[bytes], None],
-        err: Callable[[bytes], None],
+        out: OutputSink,
+        err: OutputSink,
     ) -> None:
         """Hand stdout and stderr on as they arrive, until the command exits and both streams end."""
         while True:
@@ -347,7 +340,7 @@ class _SinkFailed(Exception):
         self.error = error
 
 
-def _hand(sink: Callable[[bytes], None], data: bytes) -> None:
+def _hand(sink: OutputSink, data: bytes) -> None:
     try:
         sink(data)
     except Exception as error:

@@ -4,7 +4,9 @@ The command's own body (in :mod:`.job_cmds`) hands over here when it is given mo
 than one payload; the batch itself is :func:`~httk.workflow.operations.bulk_submission.submit_many`.
 Output is what one ``job submit`` prints, once per job: a key per line, or with
 ``--json`` one JSON object per line. A progress bar goes to stderr only when
-stderr is a terminal. Spec: 000 "Submit a job".
+stderr is a terminal. A batch that fails part way prints the jobs it made and
+exits 1 (:data:`~.render.EXIT_NEEDS_OPERATOR`), not 2: something was written.
+Spec: 000 "Submit a job".
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from ..operations.remotes import split_reference
 from ..operations.submission import Submitted
 from .context import AppContext
 from .progress import enabled, progress
-from .render import emit_json, refuse
+from .render import EXIT_NEEDS_OPERATOR, CliError, emit_json, refuse
+
+
+class PartlySubmitted(CliError):
+    """A batch failed after writing: one ``error:`` line, exit 1 (exit 2 promises that nothing was written)."""
+
+    exit_code = EXIT_NEEDS_OPERATOR
 
 
 def is_bulk(args: Sequence[str], from_file: str | None) -> bool:
@@ -58,12 +66,12 @@ def submit_bulk(
     handle = app.open_workspace(workspace)
     sources = [app.absolute(payload) for payload in payloads]
     try:
-        with _progress_bar(len(sources), as_json=as_json) as bar:
+        with progress_bar(len(sources), as_json=as_json) as bar:
             results = submit_many(handle, sources, placement, move=move, tag=tag,
                                   allow_missing_runner=allow_missing_runner, progress=bar)
     except BulkSubmissionError as failure:
         _emit(failure.submitted, handle.root, as_json)  # those are jobs now: say so before the error
-        raise
+        raise PartlySubmitted(" ".join(str(failure).split())) from failure
     _emit(results, handle.root, as_json)
 
 
@@ -87,7 +95,7 @@ def _emit(results: Sequence[Submitted], workspace: str, as_json: bool) -> None:
 
 
 @contextlib.contextmanager
-def _progress_bar(jobs: int, *, as_json: bool = False) -> Iterator[Progress | None]:
+def progress_bar(jobs: int, *, as_json: bool = False) -> Iterator[Progress | None]:
     """A bar over every phase of the batch on stderr (:mod:`.progress`: a terminal only, never --json)."""
     if not enabled(as_json=as_json):
         yield None

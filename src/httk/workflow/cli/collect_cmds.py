@@ -23,15 +23,23 @@ from .workspace_cmds import WORKSPACE_ARG
               help="Collect these kinds (default: succeeded, failed and cancelled).")
 @click.option("--placement", help="Only jobs at or below this placement.")
 @click.option("--raw", is_flag=True, help="Stream the stored JobRecord documents instead of summaries.")
+# collect always prints JSON lines; --json is accepted as the explicit spelling (same output).
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines (the default and only output; accepted "
+              "for symmetry with the other commands).")
 @pass_app
 @remote_aware(("collect",))
-def collect(app: AppContext, workspace: str | None, kinds: tuple[str, ...], placement: str | None, raw: bool) -> None:
+def collect(app: AppContext, workspace: str | None, kinds: tuple[str, ...], placement: str | None, raw: bool,
+            as_json: bool) -> None:
     """Stream one JSON object per job: CollectedJob summaries, or JobRecords with --raw.
 
     \b
     Exit status:
       0  success
       2  refused (bad usage, not a workspace)
+
+    \b
+    Example:
+      httk workflow collect runs --kind succeeded > succeeded.jsonl
     """
     handle = app.open_workspace(workspace)
     chosen = [StateKind(kind) for kind in kinds] or None

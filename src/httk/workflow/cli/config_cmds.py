@@ -22,7 +22,12 @@ def config() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @pass_app
 def init(app: AppContext, force: bool, as_json: bool) -> None:
-    """Create the operator identity key that signs job requests (Ed25519, private key mode 0600)."""
+    """Create the operator identity key that signs job requests (Ed25519, private key mode 0600).
+
+    \b
+    Example:
+      httk workflow config init
+    """
     created = create_operator_identity(app.environ, force=force)
     if as_json:
         emit_json(created)

@@ -24,6 +24,7 @@ from .context import AppContext, pass_app
 from .remote_refs import LocalPaths, remote_aware
 from .render import (
     EXIT_CODES,
+    EXIT_CODES_SUBMIT,
     EXIT_NEEDS_OPERATOR,
     Group,
     emit_json,
@@ -52,7 +53,7 @@ def split_workspace(ctx: click.Context, args: Sequence[str], what: str) -> tuple
     raise click.UsageError(f"expected [WORKSPACE] {what}, got {len(args)} arguments", ctx)
 
 
-@job.command("submit", epilog=EXIT_CODES)
+@job.command("submit", epilog=EXIT_CODES_SUBMIT)
 @click.argument("args", nargs=-1, metavar="[WORKSPACE] PAYLOAD...")
 @click.option("--placement", required=True, help="Relative path below the workspace, e.g. project-a/00/17.")
 @click.option("--from-file", type=click.Path(dir_okay=False, allow_dash=True), metavar="LIST",
@@ -90,6 +91,11 @@ def submit(
     httk workflow job submit WS ./payload --placement project-a/00/17
     httk workflow job submit WS ./p1 ./p2 ./p3 --placement project-a/00
     find prepared -name job.json -printf '%h\\n' | httk workflow job submit WS --from-file - --placement project-a
+
+    \b
+    Examples:
+      httk workflow job submit runs ./prepared-job --placement project-a/00/17
+      httk workflow job submit runs --from-file payloads.txt --placement project-a
     """
     # Imported by the commands that write: list, show and log start without submission or the engine.
     from ..operations.submission import submit as submit_payload
@@ -170,7 +176,7 @@ def new(
         click.echo(f"warning: {warning}", err=True)
     marker = created.submitted.marker
     if not as_json:
-        click.echo(marker.job_id)
+        click.echo(str(marker.key))  # the tag--uuid key, as 'job submit' prints it
         return
     emit_json({
         "job_id": marker.job_id,
@@ -204,7 +210,12 @@ def new(
 def list_jobs(
     app: AppContext, workspace: str | None, kinds: tuple[str, ...], placement: str | None, as_json: bool
 ) -> None:
-    """List jobs with their state kind, placement and priority."""
+    """List jobs with their state kind, placement and priority.
+
+    \b
+    Example:
+      httk workflow job list runs --kind ready --placement project-a
+    """
     handle = app.open_workspace(workspace)
     jobs = inspection.list_jobs(handle, kinds or None, placement)
     if as_json:
@@ -228,6 +239,10 @@ def show(app: AppContext, args: tuple[str, ...], as_json: bool) -> None:
     """Show one job: state, budgets, steps, failure, join children and paths.
 
     JOB is a job uuid, a complete tag--uuid key, or a unique prefix of either.
+
+    \b
+    Example:
+      httk workflow job show runs silicon
     """
     ctx = click.get_current_context()
     workspace, selector = split_workspace(ctx, args, "JOB")
@@ -320,7 +335,12 @@ def _last_change(report: dict[str, Any]) -> str:
 @pass_app
 @remote_aware(("job", "log"), "args", trailing=1)
 def log(app: AppContext, args: tuple[str, ...], limit: int | None, as_json: bool) -> None:
-    """Show one job's state frames, oldest first, one line each."""
+    """Show one job's state frames, oldest first, one line each.
+
+    \b
+    Example:
+      httk workflow job log runs silicon --limit 20
+    """
     ctx = click.get_current_context()
     workspace, selector = split_workspace(ctx, args, "JOB")
     handle = app.open_workspace(workspace)
@@ -366,7 +386,12 @@ def _log_line(entry: dict[str, Any]) -> str:
 @pass_app
 @remote_aware(("job", "why"), "args", trailing=1)
 def why(app: AppContext, args: tuple[str, ...], as_json: bool) -> None:
-    """Answer "why is this job not running?" for its current state."""
+    """Answer "why is this job not running?" for its current state.
+
+    \b
+    Example:
+      httk workflow job why runs silicon
+    """
     workspace_path, selector = split_workspace(click.get_current_context(), args, "JOB")
     handle = app.open_workspace(workspace_path)
     marker = inspection.resolve_job(handle, selector)
@@ -399,6 +424,11 @@ def request(
     job's current marker and applies only while the job is still in that state, so a
     request that cannot apply to that state (a pause of a finished job, a continue that
     does not fit the retry budget, ...) is refused here and nothing is published.
+
+    \b
+    Examples:
+      httk workflow job request runs silicon pause --operator "$USER" --reason inspection
+      httk workflow job request runs silicon override_step --step relax --operator "$USER"
     """
     ctx = click.get_current_context()
     if len(args) < 2:
@@ -446,7 +476,13 @@ Exit status:
 def debug(
     app: AppContext, args: tuple[str, ...], step: str | None, placement: str, follow_children: bool, log_level: str
 ) -> None:
-    """Drive exactly one job to a stop in the foreground, streaming its attempts' output."""
+    """Drive exactly one job to a stop in the foreground, streaming its attempts' output.
+
+    \b
+    Examples:
+      httk workflow job debug runs ./prepared-job --step relax
+      httk workflow job debug runs silicon --follow-children
+    """
     from ..bootstrap import build_manager
     from ..engine.manager import ManagerConfig
     from ..operations.debug import DebugError, Debugger

@@ -4,7 +4,9 @@
 current directory and ``PYTHONPATH``) that returns a jobflow ``Flow`` or
 ``Job``; it is called with no arguments, and the flow is submitted as one
 conductor job that spawns one job per jobflow ``Job`` while it runs
-(:func:`..operations.language_jobs.submit_flow`). Nothing here imports jobflow
+(:func:`..operations.language_jobs.submit_flow`). The modules the flow needs
+that are not installed (the current directory's, ``PYTHONPATH``'s) travel in the
+job's inputs, so a manager that cannot import them still runs it. Nothing here imports jobflow
 until a language job is asked for, so the CLI starts without it. Spec: 000
 "precheck" (language jobs); docs/jobflow.md.
 """
@@ -17,7 +19,8 @@ from typing import Any
 
 import click
 
-from ..languages import LANGUAGES, missing_modules
+from ..languages import LANGUAGES
+from ..languages.installation import local_module_sources, missing_modules
 from .render import emit_json, refuse
 
 
@@ -61,14 +64,16 @@ def new_language_job(
                f"{known.install_hint}")
     flow = load_flow(flow_reference)
     try:
-        submitted = submit_flow(handle, flow, placement=placement or DEFAULT_PLACEMENT, tag=tag)
+        # The flow's own modules (the current directory's, PYTHONPATH's) travel with the job.
+        submitted = submit_flow(handle, flow, placement=placement or DEFAULT_PLACEMENT, tag=tag,
+                                module_sources=local_module_sources)
     except (LanguageJobError, SubmissionError) as error:
         refuse(str(error))
     if submitted.warning:
         click.echo(f"warning: {submitted.warning}", err=True)
     marker = submitted.marker
     if not as_json:
-        click.echo(marker.job_id)
+        click.echo(str(marker.key))  # the tag--uuid key, as 'job submit' prints it
         return
     spec = submitted.spec
     emit_json({

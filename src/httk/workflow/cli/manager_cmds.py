@@ -5,8 +5,9 @@ their options can never drift apart. The command only builds a
 ``ManagerConfig`` from its options and returns the manager's own exit status;
 the composition root builds the manager. Without ``--workers`` the worker count
 is the workspace setting ``manager.workers`` (else 1), for a local manager as for
-one submitted to a remote. ``manager status REMOTE:WS --job ID`` asks a remote's
-batch system about the managers ``run REMOTE:WS`` submitted. Spec: 000 "Run",
+one submitted to a remote. ``manager status REMOTE:WS [--job ID]`` asks a remote's
+batch system about the managers ``run REMOTE:WS`` submitted (by default the ones
+its ``.httk-workflow/batch`` records). Spec: 000 "Run",
 "Scheduling", "Application settings", "Running on a remote".
 """
 
@@ -19,7 +20,7 @@ import click
 
 from ..domain.model import check_placement
 from ..domain.settings import resolve_workers
-from ..operations.forwarding import manager_jobs
+from ..operations.forwarding import manager_jobs, recorded_managers
 from ..operations.remotes import RemoteError, split_reference
 from .context import AppContext, pass_app
 from .progress import manager_line
@@ -141,6 +142,9 @@ def run(app: AppContext, workspace: str | None, **options: Any) -> None:
     how many were submitted and why. None at all is a refusal (exit 2).
 
     \b
+    Examples:
+      httk workflow run runs --workers 8
+      httk workflow manager run runs --pool taskset --idle
       httk workflow run kappa:runs --workers 8 --managers 50
     """
     # Imported here: the manager pulls in the whole runtime, which inspection commands do not need.
@@ -189,11 +193,21 @@ manager.add_command(run)
 
 @manager.command("status", epilog=EXIT_CODES)
 @click.argument("workspace", metavar="REMOTE:WORKSPACE")
-@click.option("--job", "job_ids", multiple=True, required=True, help="A batch job id 'run' printed (repeatable).")
+@click.option("--job", "job_ids", multiple=True, help="A batch job id 'run' printed (repeatable; default: every "
+              "manager job the workspace's .httk-workflow/batch records).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @pass_app
 def manager_status(app: AppContext, workspace: str, job_ids: tuple[str, ...], as_json: bool) -> None:
-    """Ask the remote's batch system about manager jobs that 'run REMOTE:WORKSPACE' submitted."""
+    """Ask the remote's batch system about manager jobs that 'run REMOTE:WORKSPACE' submitted.
+
+    Without --job, the jobs are the ones the workspace's .httk-workflow/batch
+    records there (their output files), as 'workspace report' finds them.
+
+    \b
+    Example:
+      httk workflow manager status kappa:runs --job 123456
+      httk workflow manager status kappa:runs
+    """
     reference = split_reference(workspace)
     if reference is None:
         raise RemoteError(
@@ -201,10 +215,21 @@ def manager_status(app: AppContext, workspace: str, job_ids: tuple[str, ...], as
             "for the managers of a local workspace see 'httk workflow workspace managers'"
         )
     with app.open_session(reference.remote) as session:
-        jobs = manager_jobs(session, job_ids)
         batch_name = session.batch.name
+        wanted = list(job_ids)
+        recorded = None if wanted else recorded_managers(session, reference)
+        if recorded is not None and recorded.job_ids is None:
+            raise RemoteError(f"{workspace}: {batch_name} output files do not name their job ids, so the manager "
+                              f"jobs in {recorded.workdir} cannot be listed; give --job ID (the ids 'run' printed)")
+        if recorded is not None:
+            wanted = list(recorded.job_ids or ())
+        jobs = manager_jobs(session, wanted) if wanted else {}
     if as_json:
         emit_json({"remote": reference.remote, "batch": batch_name, "jobs": jobs})
+        return
+    if recorded is not None and not wanted:
+        click.echo(f"no manager jobs recorded in {recorded.workdir} on {reference.remote}; "
+                   f"submit one with 'httk workflow run {workspace}'")
         return
     for job_id, entry in jobs.items():
         outcome = {True: ", succeeded", False: ", did not succeed", None: ""}[entry["succeeded"]]

@@ -30,6 +30,10 @@ def precheck(app: AppContext, workspace: str | None, search_paths: tuple[str, ..
       0  nothing found that would stop a pending job
       1  a broken runner, an unclaimable job or an unreadable job.json
       2  refused (bad usage, not a workspace)
+
+    \b
+    Example:
+      httk workflow precheck runs --runner-search-path ~/runners
     """
     handle = app.open_workspace(workspace)
     report = readiness.precheck(handle, uid=app.container.process().uid(),

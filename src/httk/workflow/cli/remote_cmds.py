@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..bootstrap import remote_adapters
-from ..operations.forwarding import RemoteSession
 from ..operations.remote_staging import ADAPTER_PATH
 from ..operations.remotes import Remote, RemoteError
 from ..ports import TransportError
 from .context import AppContext, pass_app
-from .remote_refs import remote_registry
 from .render import EXIT_CODES, Group, emit_json, emit_pairs, emit_table
+
+if TYPE_CHECKING:
+    from ..operations.forwarding import RemoteSession
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 EXIT_CODES_CHECK = (
@@ -68,8 +68,13 @@ def _show(item: Remote) -> None:
 @JSON_OPTION
 @pass_app
 def add(app: AppContext, name: str, template_name: str, as_json: bool) -> None:
-    """Add remote NAME made from a template (its settings start at the template's defaults)."""
-    item = remote_registry(app).add(name, template_name)
+    """Add remote NAME made from a template (its settings start at the template's defaults).
+
+    \b
+    Example:
+      httk workflow remote add kappa --template ssh-slurm
+    """
+    item = app.remotes.add(name, template_name)
     if as_json:
         emit_json(_summary(item))
         return
@@ -86,8 +91,13 @@ def add(app: AppContext, name: str, template_name: str, as_json: bool) -> None:
 @JSON_OPTION
 @pass_app
 def configure(app: AppContext, name: str, assignments: tuple[str, ...], as_json: bool) -> None:
-    """Change settings of remote NAME; an unknown key or a value of the wrong type is refused."""
-    item = remote_registry(app).configure(name, assignments)
+    """Change settings of remote NAME; an unknown key or a value of the wrong type is refused.
+
+    \b
+    Example:
+      httk workflow remote configure kappa --set host=kappa.example.org --set username=rar
+    """
+    item = app.remotes.configure(name, assignments)
     if as_json:
         emit_json(_summary(item))
         return
@@ -99,8 +109,13 @@ def configure(app: AppContext, name: str, assignments: tuple[str, ...], as_json:
 @JSON_OPTION
 @pass_app
 def show(app: AppContext, name: str, as_json: bool) -> None:
-    """Show remote NAME: its template and every setting with where the value comes from."""
-    item = remote_registry(app).get(name)
+    """Show remote NAME: its template and every setting with where the value comes from.
+
+    \b
+    Example:
+      httk workflow remote show kappa
+    """
+    item = app.remotes.get(name)
     if as_json:
         emit_json(_summary(item))
         return
@@ -111,8 +126,13 @@ def show(app: AppContext, name: str, as_json: bool) -> None:
 @JSON_OPTION
 @pass_app
 def list_remotes(app: AppContext, as_json: bool) -> None:
-    """The configured remotes, and the templates a new one can be made from."""
-    registry = remote_registry(app)
+    """The configured remotes, and the templates a new one can be made from.
+
+    \b
+    Example:
+      httk workflow remote list
+    """
+    registry = app.remotes
     rows = [_summary(registry.get(name)) for name in registry.names()]
     if as_json:
         emit_json({"remotes": rows, "templates": registry.template_names()})
@@ -129,8 +149,13 @@ def list_remotes(app: AppContext, as_json: bool) -> None:
 @click.argument("name")
 @pass_app
 def remove(app: AppContext, name: str) -> None:
-    """Forget remote NAME here; nothing on the remote machine is touched."""
-    remote_registry(app).remove(name)
+    """Forget remote NAME here; nothing on the remote machine is touched.
+
+    \b
+    Example:
+      httk workflow remote remove kappa
+    """
+    app.remotes.remove(name)
     click.echo(f"removed remote {name} (its workspaces are untouched)")
 
 
@@ -145,8 +170,12 @@ def check(app: AppContext, name: str, workspace: str | None, as_json: bool) -> N
     WORKSPACE (a name or path there) is checked for being writable and for its free
     space; without it, every workspace registered there is. One line per check, with
     the fix.
+
+    \b
+    Example:
+      httk workflow remote check kappa runs
     """
-    registry = remote_registry(app)
+    registry = app.remotes
     item = registry.get(name)
     checks, report = run_checks(app, item, workspace)
     failed = list(dict.fromkeys(entry["name"] for entry in checks if entry["ok"] is False))
@@ -200,13 +229,13 @@ def run_checks(
     if not settings.get("check_connectivity", True):
         note("connect", None, "check_connectivity is off: the target was not contacted")
         return checks, None
-    transport, batch = remote_adapters(app.container, item)
-    session = RemoteSession(item, transport, batch)
+    session = app.open_session(item.name)
+    transport = session.transport
     declared = [word for command in item.template.commands for word in ("--command", command)]
     argv = ["sh", "-s", "--", "check", "--root", str(settings.get("workspace_root", "")),
             "--batch", item.template.batch, *declared, "--", *session.httk_command]
     # The adapter looks for httk where the forwarded commands do (PATH, then ~/.local/bin).
-    script = f"{ADAPTER_PATH}\n{remote_registry(app).adapter_script(item.template)}"
+    script = f"{ADAPTER_PATH}\n{app.remotes.adapter_script(item.template)}"
     try:
         try:
             result = transport.run(argv, input=script, timeout=session.timeout)

@@ -29,7 +29,7 @@ import attrs
 import click
 from click.core import ParameterSource
 
-from ..operations.remotes import RemoteError, RemoteReference, RemoteRegistry, split_reference
+from ..operations.remotes import RemoteError, RemoteReference, split_reference
 from .context import AppContext
 from .render import emit_json
 
@@ -39,11 +39,6 @@ if TYPE_CHECKING:
     from ..operations.remote_staging import Upload
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def remote_registry(app: AppContext) -> RemoteRegistry:
-    """The configured remotes (the container's registry: ``app.remotes``)."""
-    return app.remotes
 
 
 def _binary_writer(name: str) -> Callable[[bytes], None]:

@@ -2,20 +2,24 @@
 
 ``--json`` prints exactly one canonical JSON value (sorted keys, compact) and a
 newline, so a script can parse it; text output is for people. An anticipated
-error prints one line ``error: ...`` on stderr and exits 2; an error in our own
-code still shows its traceback, because hiding it would hide a bug.
+error prints one line ``error: ...`` on stderr and exits 2, and so does a usage
+error of click's (an unknown option, a bad value), instead of click's usage block;
+an error in our own code still shows its traceback, because hiding it would hide a bug.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
+import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import click
+from click.exceptions import NoArgsIsHelpError
 
 from .. import codec
 
@@ -70,6 +74,12 @@ def __getattr__(name: str) -> Any:
 
 # ``\b`` keeps click from re-wrapping the lines of an epilog.
 EXIT_CODES = "\b\nExit status:\n  0  success\n  2  refused or bad input (one 'error: ...' line on stderr)"
+#: ``job submit``: a batch can fail after some of its jobs were made, which exit 2 would deny.
+EXIT_CODES_SUBMIT = (
+    "\b\nExit status:\n  0  success\n"
+    "  1  a batch failed part way: the jobs made are printed, the error line says which were not\n"
+    "  2  refused or bad input (one 'error: ...' line on stderr); nothing was written"
+)
 
 
 def exit_codes_damage(what: str) -> str:
@@ -107,12 +117,129 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+#: A token that is a number, not an option, even though it starts with ``-`` (``-3``, ``-0.5``, ``-1e3``).
+_NEGATIVE_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _usage_fix(error: click.UsageError) -> str:
+    """What to do about a usage error of click's, by its kind (the message says what was wrong)."""
+    if isinstance(error, click.NoSuchOption | click.NoSuchCommand) and error.possibilities:
+        return "did you mean " + " or ".join(f"'{name}'" for name in sorted(error.possibilities))
+    if isinstance(error, click.NoSuchOption):
+        return "check its spelling (a value that starts with '-' goes after '--')"
+    if isinstance(error, click.NoSuchCommand):
+        return "use one of the commands its help lists"
+    if isinstance(error, click.MissingParameter):
+        return "add it"
+    if isinstance(error, click.BadParameter):
+        return "give a value it accepts"
+    if isinstance(error, click.BadOptionUsage):
+        return "fix how the option is given"
+    return "check the command line"
+
+
+def usage_line(error: click.UsageError, command_path: str) -> str:
+    """A click usage error as one line: what was wrong, the fix, and the help page to read.
+
+    Replaces click's four lines (usage, "Try ... --help", blank, ``Error: ...``) so every
+    refusal, of click's or ours, is one ``error:`` line on stderr.
+    """
+    if isinstance(error, click.NoSuchOption):  # the message would repeat the suggestion
+        what = f"no such option '{error.option_name}'"
+    elif isinstance(error, click.NoSuchCommand):
+        what = f"no such command '{error.command_name}'"
+    else:
+        what = " ".join(error.format_message().split()).rstrip(".")
+        what = what[:1].lower() + what[1:]
+    # One of our own errors may already name its fix after a ';' ("unknown action 'x'; use one of ...").
+    fix = "" if "; " in what else f" — {_usage_fix(error)}"
+    if error.ctx is not None:
+        command_path = error.ctx.command_path
+    return f"{what}{fix}; see '{command_path} --help'"
+
+
+@contextlib.contextmanager
+def _naming_context(ctx: click.Context) -> Iterator[None]:
+    """Give a usage error raised while parsing ``ctx``'s arguments that context, so its line names this command."""
+    try:
+        yield
+    except click.UsageError as error:
+        if error.ctx is None:
+            error.ctx = ctx
+        raise
+
+
+class Command(click.Command):
+    """A command whose positional arguments may be negative numbers (``settings set ws manager.workers -3``).
+
+    click reads any token that starts with ``-`` as an option and refuses ``-3`` as an
+    unknown one, so a value argument could not be negative and the real validator never
+    spoke. When a positional is such a number (and no option is spelled like it), the
+    options are passed first and the positionals, in their order, after ``--``.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with _naming_context(ctx):
+            return super().parse_args(ctx, self._numbers_as_values(ctx, args))
+
+    def _numbers_as_values(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value: dict[str, bool] = {}
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option):
+                for name in (*param.opts, *param.secondary_opts):
+                    takes_value[name] = not (param.is_flag or param.count)
+        options: list[str] = []
+        positionals: list[str] = []
+        tokens = iter(args)
+        for token in tokens:
+            if token == "--":
+                positionals.extend(tokens)
+            elif token in takes_value or (token.startswith("-") and len(token) > 1
+                                          and not _NEGATIVE_NUMBER.fullmatch(token)):
+                options.append(token)
+                value = next(tokens, None) if takes_value.get(token) else None
+                if value is not None:  # the option's value, whatever it looks like ("--value -3")
+                    options.append(value)
+            else:
+                positionals.append(token)
+        if not any(_NEGATIVE_NUMBER.fullmatch(token) for token in positionals):
+            return args
+        return [*options, "--", *positionals]
+
+
 class Group(click.Group):
-    """A group that turns anticipated errors of its commands into one ``error:`` line and exit 2."""
+    """A group that turns anticipated errors of its commands into one ``error:`` line and exit 2.
+
+    Usage errors (click's and ours) become the same one line (:func:`usage_line`), caught
+    where the command line is parsed: in :meth:`make_context` for the group's own options
+    and in :meth:`invoke` for its subcommands. Its commands are :class:`Command`.
+    """
+
+    command_class = Command
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with _naming_context(ctx):
+            return super().parse_args(ctx, args)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except NoArgsIsHelpError:
+            raise  # a bare group prints its help, as before
+        except click.UsageError as error:
+            path = click.Context(self, info_name=info_name, parent=parent).command_path
+            raise CliError(usage_line(error, path)) from error
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except NoArgsIsHelpError:
+            raise
+        except click.UsageError as error:
+            # A plain click.Command parsing its arguments raises without a context: name it anyway.
+            path = " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
+            raise CliError(usage_line(error, path)) from error
         except BrokenPipeError:
             # A reader such as `head` went away: not an error of ours. Point stdout at
             # /dev/null so the interpreter's final flush does not complain again.

@@ -17,7 +17,8 @@ import datetime
 import re
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -36,6 +37,9 @@ from .context import AppContext, pass_app
 from .progress import progress
 from .remote_refs import remote_aware
 from .render import EXIT_CODES, CliError, emit_json, emit_table
+
+if TYPE_CHECKING:
+    from ..store.workspaces import WorkspaceHandle
 
 _RELATIVE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -100,7 +104,12 @@ def _history_note(past: dict[str, Any]) -> str | None:
 @pass_app
 def report(app: AppContext, workspace: str | None, out_dir: str | None, watch: float | None, durable: bool,
            as_json: bool) -> None:
-    """Publish a static dashboard of a workspace: index.html, report.json and SVG charts, viewable from disk."""
+    """Publish a static dashboard of a workspace: index.html, report.json and SVG charts, viewable from disk.
+
+    \b
+    Example:
+      httk workflow workspace report runs --out ~/public_html/runs --watch 300
+    """
     reference = split_reference(workspace)
     if reference is not None and out_dir is None:
         raise CliError(f"{workspace}: give --out DIR, the directory on this machine the remote's report is "
@@ -200,22 +209,41 @@ def _summary(document: dict[str, Any], target: str | None) -> str:
 
 
 # -- workspace status --at / workspace diff ------------------------------------------------------------
-def status_at(app: AppContext, workspace: str | None, at: str, as_json: bool) -> None:
-    """``workspace status --at``: the counts per kind the journal says the workspace had at that instant."""
+def _from_journal(
+    app: AppContext, workspace: str | None, when: str, option: str,
+    answer: Callable[[history.History, float], dict[str, Any]], *, as_json: bool,
+) -> tuple[WorkspaceHandle, float, dict[str, Any]]:
+    """The workspace, the instant ``when`` names (``option`` in errors) and ``answer`` of its journal then."""
     handle = app.open_workspace(workspace)
-    instant = parse_instant(at, "--at", handle.ports.clock.now())
-    past = history.read_history(handle)
+    instant = parse_instant(when, option, handle.ports.clock.now())
+    with progress("reading the journal", unit="segment", as_json=as_json) as bar:
+        past = history.read_history(handle, progress=bar.update)
     try:
-        result = history.status_at(past, instant)
+        result = answer(past, instant)
     except history.HistoryCollected as error:
         raise collected(error) from None
-    result = {"name": handle.name, "path": handle.root, **result}
+    return handle, instant, {"name": handle.name, "path": handle.root, **result}
+
+
+def status_at(app: AppContext, workspace: str | None, at: str, as_json: bool) -> None:
+    """``workspace status --at``: the counts per kind the journal says the workspace had at that instant."""
+    handle, instant, result = _from_journal(app, workspace, at, "--at", history.status_at, as_json=as_json)
+    created = handle.document.get("created_at")
+    created = created if isinstance(created, int | float) and not isinstance(created, bool) else None
+    # All zeros then is no finding about the jobs: the workspace did not exist yet.
+    result["before_creation"] = created is not None and instant < created
     if as_json:
         emit_json(result)
         return
-    click.echo(f"workspace {handle.name} at {handle.root}, as of {_iso(instant)} (from the journal)")
+    before = f"; that is before this workspace was created ({_iso(created)})" if result["before_creation"] else ""
+    click.echo(f"workspace {handle.name} at {handle.root}, as of {_iso(instant)} (from the journal){before}")
     rows = [[kind, count] for kind, count in result["counts"].items()]
     emit_table(["kind", "jobs"], [*rows, ["total", result["total"]]])
+    arrived = result["arrived_later"]
+    if arrived["jobs"]:
+        # Not counted above: before its arrival a job's history is in the workspace it came from.
+        click.echo(f"note: {arrived['jobs']} job(s) arrived by transfer later, the first at {_iso(arrived['first'])} "
+                   f"(e.g. {arrived['examples'][0]}); before that they are counted where they came from", err=True)
     note = _history_note(result["history"])
     if note:
         click.echo(note, err=True)
@@ -229,16 +257,13 @@ def status_at(app: AppContext, workspace: str | None, at: str, as_json: bool) ->
 @pass_app
 @remote_aware(("workspace", "diff"))
 def diff(app: AppContext, workspace: str | None, since: str, as_json: bool) -> None:
-    """What changed since TIMESTAMP, from the journal: jobs per transition, new jobs, new failures."""
-    handle = app.open_workspace(workspace)
-    instant = parse_instant(since, "--since", handle.ports.clock.now())
-    with progress("reading the journal", unit="segment", as_json=as_json) as bar:
-        past = history.read_history(handle, progress=bar.update)
-    try:
-        result = history.diff_since(past, instant)
-    except history.HistoryCollected as error:
-        raise collected(error) from None
-    result = {"name": handle.name, "path": handle.root, **result}
+    """What changed since TIMESTAMP, from the journal: jobs per transition, new jobs, new failures.
+
+    \b
+    Example:
+      httk workflow workspace diff runs --since 2026-01-31T12:00:00Z
+    """
+    handle, instant, result = _from_journal(app, workspace, since, "--since", history.diff_since, as_json=as_json)
     if as_json:
         emit_json(result)
         return

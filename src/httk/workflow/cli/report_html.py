@@ -94,6 +94,11 @@ def render_html(document: Mapping[str, Any], charts: Mapping[str, bytes], *, ref
         parts.append(f"<p class='note' id='history-note'>Journal history before {_e(iso(past['complete_since']))} "
                      f"was collected by <code>workspace gc</code>: the throughput and time-in-state charts start "
                      f"there ({past['truncated_jobs']} job(s) lost older frames).</p>")
+    arrived = past.get("arrived_by_transfer") or {}
+    if arrived.get("arrivals"):
+        parts.append(f"<p class='note' id='arrival-note'>{arrived['arrivals']} arrival(s) by transfer, the first at "
+                     f"{_e(iso(arrived['first']))}: a job's history before it arrived is in the workspace it came "
+                     "from, and is not charted here.</p>")
     parts.append(_counts(document))
     parts.append(_chart(charts, "states.svg", "jobs per state"))
     parts.append("<h2 id='placements'>Placement subtrees</h2>")
@@ -103,6 +108,7 @@ def render_html(document: Mapping[str, Any], charts: Mapping[str, bytes], *, ref
     parts.append(_table(["subtree", "jobs", "by state"], rows, numeric=[1]) if rows
                  else "<p class='empty'>no jobs</p>")
     parts.append(_chart(charts, "placements.svg", "jobs per placement subtree"))
+    parts.append(_realizations(document.get("realizations")))  # absent from a report of an older httk
     parts.append("<h2 id='throughput'>Throughput</h2>")
     parts.append(f"<p class='meta'>{past['frames']} journal frames from {_e(iso(past['earliest']))} to "
                  f"{_e(iso(past['latest']))}.</p>")
@@ -122,6 +128,19 @@ def render_html(document: Mapping[str, Any], charts: Mapping[str, bytes], *, ref
     parts.append(_batch(document))
     parts.append("</body></html>\n")
     return "".join(parts).encode("utf-8")
+
+
+def _realizations(section: Mapping[str, Any] | None) -> str:
+    """Jobs per realization (native, language, httk-v1), noting when they are of a sample."""
+    if section is None:
+        return ""
+    rows = [[_e(f"{row['realization']} ({row['language']})" if row["language"] else row["realization"]),
+             str(row["total"]), ", ".join(f"{_e(kind)} {count}" for kind, count in row["counts"].items())]
+            for row in section["rows"]]
+    note = "" if section["complete"] else (
+        f"<p class='meta'>Of a sample: the job.json of {section['jobs_read']} jobs (the lowest job ids) was read.</p>")
+    table = _table(["realization", "jobs", "by state"], rows, numeric=[1]) if rows else "<p class='empty'>no jobs</p>"
+    return f"<h2 id='realizations'>Realizations</h2>{note}{table}"
 
 
 def _counts(document: Mapping[str, Any]) -> str:

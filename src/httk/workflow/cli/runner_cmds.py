@@ -34,7 +34,12 @@ def runner() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the reference as JSON only (it is JSON anyway).")
 @pass_app
 def publish(app: AppContext, path: str, workspace: str | None, name: str | None, replace: bool, as_json: bool) -> None:
-    """Publish a runner file or directory and print the reference to embed in job.json."""
+    """Publish a runner file or directory and print the reference to embed in job.json.
+
+    \b
+    Example:
+      httk workflow runner publish ./relax.py --workspace runs --name relax.py
+    """
     handle = app.open_workspace(workspace)
     source = app.absolute(path)
     reference = publish_runner(

@@ -115,12 +115,23 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
+def unselected_note(unselected: dict[str, int]) -> str:
+    """``: 3 submitted jobs not selected (...)`` for the jobs the default kinds left out; '' for none."""
+    if not unselected:
+        return ""
+    counts = " and ".join(f"{number} {kind}" for kind, number in unselected.items())
+    total = sum(unselected.values())
+    flags = " ".join(f"--kind {kind}" for kind in unselected)
+    return (f": {counts} job{'' if total == 1 else 's'} not selected (only stopped jobs travel by default): "
+            f"add {flags} or --job ID")
+
+
 def summary(report: dict[str, Any]) -> str:
     """The one line that ends a transfer's output."""
     transfers = report["transfers"]
     where = f"from {report['source']} to {report['destination']}"
     if not transfers:
-        return f"nothing to transfer {where}"
+        return f"nothing to transfer {where}{unselected_note(report.get('unselected') or {})}"
     done = [item for item in transfers if item["state"] == "retired"]
     rolled = sum(1 for item in transfers if item["state"] == "rolled_back")
     held = sum(1 for item in transfers if item["state"] == "held")

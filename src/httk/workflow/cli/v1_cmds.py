@@ -65,6 +65,6 @@ def convert_command(
         })
         return
     if submitted is not None:
-        click.echo(submitted.marker.job_id)
+        click.echo(str(submitted.marker.key))  # the tag--uuid key, as 'job submit' prints it
     else:
         click.echo(converted.payload)

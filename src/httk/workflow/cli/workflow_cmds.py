@@ -89,7 +89,7 @@ def show_workflow(app: AppContext, name: str, workspace: str | None, as_json: bo
     settings = handle.settings()
     report = {
         **entry.to_json(),
-        "steps": list(description["steps"]),
+        "steps": list(description.steps),
         "settings": {
             setting: {**declared, "set": setting in settings, "value": settings.get(setting)}
             for setting, declared in entry.settings.items()

@@ -50,7 +50,12 @@ def workspace() -> None:
 @pass_app
 @remote_aware(("workspace", "init"), "path")
 def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: bool) -> None:
-    """Create a workspace at PATH, or adopt the existing one there unchanged."""
+    """Create a workspace at PATH, or adopt the existing one there unchanged.
+
+    \b
+    Example:
+      httk workflow workspace init ./runs --name runs
+    """
     target = app.absolute(path)
     # Only for the wording: init itself adopts an existing workspace unchanged.
     existed = app.container.fs().exists(Layout.at(target).format_file)
@@ -91,7 +96,13 @@ def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: b
 @pass_app
 @remote_aware(("workspace", "status"))
 def status(app: AppContext, workspace: str | None, at: str | None, as_json: bool) -> None:
-    """Count the jobs of a workspace per state kind (now, or --at an earlier instant)."""
+    """Count the jobs of a workspace per state kind (now, or --at an earlier instant).
+
+    \b
+    Examples:
+      httk workflow workspace status runs
+      httk workflow workspace status runs --at 2026-01-31T12:00:00Z
+    """
     if at is not None:
         from . import report_cmds  # imported here: the history is read only with --at
 
@@ -122,7 +133,12 @@ def status(app: AppContext, workspace: str | None, at: str | None, as_json: bool
 @pass_app
 @remote_aware(("workspace", "managers"))
 def managers(app: AppContext, workspace: str | None, as_json: bool) -> None:
-    """One line per registered manager, live or stale, with what it serves."""
+    """One line per registered manager, live or stale, with what it serves.
+
+    \b
+    Example:
+      httk workflow workspace managers runs
+    """
     handle = app.open_workspace(workspace)
     from ..operations import diagnosis  # imported by the commands that diagnose: status never pays for it
 
@@ -183,7 +199,13 @@ def list_workspaces(app: AppContext, remote: str | None, as_json: bool) -> None:
 @click.option("--unset", is_flag=True, help="Go back to the per-user default workspace.")
 @pass_app
 def default(app: AppContext, name: str | None, unset: bool) -> None:
-    """Show, or record, the workspace used when a command omits WORKSPACE."""
+    """Show, or record, the workspace used when a command omits WORKSPACE.
+
+    \b
+    Examples:
+      httk workflow workspace default runs
+      httk workflow workspace default --unset
+    """
     if unset:
         app.registry.set_default(None)
     elif name is not None:
@@ -196,7 +218,12 @@ def default(app: AppContext, name: str | None, unset: bool) -> None:
 @click.argument("name")
 @pass_app
 def forget(app: AppContext, name: str) -> None:
-    """Deregister NAME; the workspace directory itself is left untouched."""
+    """Deregister NAME; the workspace directory itself is left untouched.
+
+    \b
+    Example:
+      httk workflow workspace forget runs
+    """
     path = app.registry.forget(name)
     click.echo(f"forgot {name} ({path} is untouched)")
 
@@ -206,7 +233,12 @@ def forget(app: AppContext, name: str) -> None:
 @click.option("--force", is_flag=True, help="Required: really destroy the workspace and everything in it.")
 @pass_app
 def delete(app: AppContext, reference: str, force: bool) -> None:
-    """Destroy a workspace (by name or path) and deregister it. Refused while a manager is live."""
+    """Destroy a workspace (by name or path) and deregister it. Refused while a manager is live.
+
+    \b
+    Example:
+      httk workflow workspace delete runs --force
+    """
     handle = app.open_workspace(reference)
     if not force:
         raise RegistryError(f"deleting {handle.root} destroys every job in it; pass --force to confirm")
@@ -234,7 +266,12 @@ def policy() -> None:
 @pass_app
 @remote_aware(("workspace", "policy", "show"))
 def policy_show(app: AppContext, workspace: str | None, as_json: bool) -> None:
-    """Show the four policy tunables."""
+    """Show the four policy tunables.
+
+    \b
+    Example:
+      httk workflow workspace policy show runs
+    """
     handle = app.open_workspace(workspace)
     if as_json:
         emit_json(handle.policy)
@@ -260,7 +297,12 @@ def parse_policy_value(key: str, text: str) -> Any:
 @pass_app
 @remote_aware(("workspace", "policy", "set"))
 def policy_set(app: AppContext, workspace: str, key: str, value: str, as_json: bool) -> None:
-    """Set policy KEY (dotted for retention.*) to the JSON VALUE; null removes a retention limit."""
+    """Set policy KEY (dotted for retention.*) to the JSON VALUE; null removes a retention limit.
+
+    \b
+    Example:
+      httk workflow workspace policy set runs retention.journal_days 90
+    """
     handle = app.open_workspace(workspace)
     new_policy = handle.set_policy(key, parse_policy_value(key, value))
     if as_json:
@@ -282,7 +324,12 @@ def settings() -> None:
 @pass_app
 @remote_aware(("workspace", "settings", "show"))
 def settings_show(app: AppContext, workspace: str | None, as_json: bool) -> None:
-    """Show every application setting."""
+    """Show every application setting.
+
+    \b
+    Example:
+      httk workflow workspace settings show runs
+    """
     handle = app.open_workspace(workspace)
     values = handle.settings()
     if as_json:
@@ -312,7 +359,13 @@ def parse_setting_value(text: str) -> Any:
 @pass_app
 @remote_aware(("workspace", "settings", "set"))
 def settings_set(app: AppContext, workspace: str, name: str, value: str) -> None:
-    """Set setting NAME to VALUE (JSON, or a plain string when it is not valid JSON)."""
+    """Set setting NAME to VALUE (JSON, or a plain string when it is not valid JSON).
+
+    \b
+    Examples:
+      httk workflow workspace settings set runs manager.workers 8
+      httk workflow workspace settings set kappa:runs slurm.partition batch
+    """
     handle = app.open_workspace(workspace)
     parsed = parse_setting_value(value)
     handle.set_setting(name, parsed)
@@ -325,7 +378,12 @@ def settings_set(app: AppContext, workspace: str, name: str, value: str) -> None
 @pass_app
 @remote_aware(("workspace", "settings", "unset"))
 def settings_unset(app: AppContext, workspace: str, name: str) -> None:
-    """Remove setting NAME (a name that is not set is not an error)."""
+    """Remove setting NAME (a name that is not set is not an error).
+
+    \b
+    Example:
+      httk workflow workspace settings unset runs slurm.partition
+    """
     handle = app.open_workspace(workspace)
     removed = handle.unset_setting(name)
     click.echo(f"{name} unset" if removed else f"{name} was not set")
@@ -362,6 +420,11 @@ def fsck(app: AppContext, workspace: str | None, repair: bool, quarantine_unrepa
 
     Safe against a live workspace: a suspected duplicate or missing marker is read
     again, within the visibility deadline, before it is reported.
+
+    \b
+    Examples:
+      httk workflow workspace fsck runs
+      httk workflow workspace fsck runs --repair
     """
     if quarantine_unrepairable and not repair:
         raise click.UsageError("--quarantine-unrepairable needs --repair")
@@ -398,6 +461,10 @@ def gc(app: AppContext, workspace: str | None, dry_run: bool, as_json: bool) -> 
     Exit status:
       0  success
       2  refused (bad usage, not a workspace)
+
+    \b
+    Example:
+      httk workflow workspace gc runs --dry-run
     """
     from ..operations.gc import GarbageCollector  # imported by its command, as fsck
 

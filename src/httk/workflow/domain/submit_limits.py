@@ -2,11 +2,17 @@
 
 Pure: a batch system reads its scheduler's limits into :class:`SubmitLimits`
 (Slurm: ``adapters/batch/slurm_limits``) and :func:`allowed_submissions` decides
-how many of the requested managers to submit, with the reason in words. The rule
-never submits more than the scheduler would accept (``MaxSubmitJobs`` less what
-is already queued), nothing to a partition that accepts no jobs, and nothing
-whose time limit exceeds the longest a job may ask for (such a job would be
-queued and never start). Spec: 000 "Running on a remote".
+how many of the requested managers to submit, with the reason in words. Each
+submit limit it is given is held against the jobs that limit counts: a per-user
+one (``MaxSubmitJobs`` of the user's association, a QOS's ``MaxSubmitJobsPerUser``)
+against the user's queued jobs, a per-account one (the account association's
+``GrpSubmitJobs``, a QOS's ``MaxSubmitJobsPerAccount``) against the account's.
+The rule submits no more than the tightest of the limits it was told about
+allows, nothing to a partition that accepts no jobs, and nothing whose time
+limit exceeds the longest a job may ask for (such a job would be queued and
+never start). Limits the batch system could not read (a parent account's, a
+QOS's ``GrpSubmitJobs``) are not in it: ``sbatch`` still refuses past those.
+Spec: 000 "Running on a remote".
 """
 
 from __future__ import annotations
@@ -24,10 +30,13 @@ class SubmitLimits:
     """What a scheduler reports about the jobs this user may still submit.
 
     ``None`` means not reported (unlimited, or the scheduler could not tell).
-    ``max_submit`` is the smallest submit limit that applies (``MaxSubmitJobs`` of
-    the association or its QOS), named by ``max_submit_source``; ``queued`` counts
-    the user's jobs that limit already counts (pending and running, each array task
-    once). ``max_wall_seconds`` is the longest time limit a job may ask for there
+    ``max_submit`` is the smallest per-user submit limit (``MaxSubmitJobs`` of the
+    association or its QOS), named by ``max_submit_source``; ``queued`` counts the
+    user's jobs (pending and running, each array task once).
+    ``account_max_submit`` is the smallest per-account one, named by
+    ``account_max_submit_source``, of ``account``; ``account_queued`` counts the
+    account's jobs, every user's (``None``: not counted, and then the user's own
+    jobs stand in, which may be too few). ``max_wall_seconds`` is the longest time limit a job may ask for there
     (named by ``max_wall_source``), ``job_wall_seconds`` what the managers' script
     asks for. ``notes`` say what could not be read, in words.
     """
@@ -37,6 +46,10 @@ class SubmitLimits:
     max_jobs: int | None = None
     max_jobs_source: str = ""
     queued: int = 0
+    account: str = ""
+    account_max_submit: int | None = None
+    account_max_submit_source: str = ""
+    account_queued: int | None = None
     partition: str = ""
     partition_state: str = ""
     max_wall_seconds: int | None = None
@@ -52,6 +65,10 @@ class SubmitLimits:
             "max_jobs": self.max_jobs,
             "max_jobs_source": self.max_jobs_source or None,
             "queued": self.queued,
+            "account": self.account or None,
+            "account_max_submit": self.account_max_submit,
+            "account_max_submit_source": self.account_max_submit_source or None,
+            "account_queued": self.account_queued,
             "partition": self.partition or None,
             "partition_state": self.partition_state or None,
             "max_wall_seconds": self.max_wall_seconds,
@@ -72,7 +89,7 @@ class Allowance:
 
 
 def allowed_submissions(requested: int, limits: SubmitLimits) -> Allowance:
-    """``min(requested, max_submit - queued)``, or 0 where the partition or time limit refuses every job."""
+    """``requested``, less where a submit limit leaves less room, or 0 where the partition or time limit refuses."""
     if requested < 1:
         raise ValueError(f"requested must be at least 1, not {requested}")
     where = f"partition {limits.partition}" if limits.partition else "the partition"
@@ -88,16 +105,18 @@ def allowed_submissions(requested: int, limits: SubmitLimits) -> Allowance:
         ), "lower the time limit in the workspace's settings")
     clauses: list[str] = []
     count = requested
-    if limits.max_submit is not None:
-        room = max(0, limits.max_submit - limits.queued)
-        count = min(requested, room)
-        source = limits.max_submit_source or "MaxSubmitJobs"
+    tightest = _tightest(limits)
+    if tightest is not None:
+        cap, source, counted, whose = tightest
+        count = min(requested, max(0, cap - counted))
         if count < requested:
-            clauses.append(f"{source} is {limits.max_submit} and {limits.queued} of your jobs are already queued")
+            clauses.append(f"{source} is {cap} and {counted} of {whose} jobs are already queued")
         else:
-            clauses.append(f"within {source} {limits.max_submit} ({limits.queued} already queued)")
+            clauses.append(f"within {source} {cap} ({counted} already queued)")
     else:
         clauses.append("no submit limit reported")
+    if limits.account_max_submit is not None and limits.account_queued is None:
+        clauses.append(f"the other jobs of account {limits.account or '?'} were not counted")
     clauses.extend(limits.notes)
     if count and limits.partition_state.upper() == DOWN_STATE:
         clauses.append(f"{where} is DOWN: the managers wait in the queue until it is up")
@@ -105,6 +124,20 @@ def allowed_submissions(requested: int, limits: SubmitLimits) -> Allowance:
         clauses.append(f"at most {limits.max_jobs} run at once ({limits.max_jobs_source or 'MaxJobs'})")
     fix = "wait until some of your queued jobs have finished" if count < requested else ""
     return Allowance(count, requested, "; ".join(clauses), fix)
+
+
+def _tightest(limits: SubmitLimits) -> tuple[int, str, int, str] | None:
+    """The submit limit leaving the least room: (limit, its name, the jobs it counts, whose they are)."""
+    candidates: list[tuple[int, str, int, str]] = []
+    if limits.max_submit is not None:
+        candidates.append((limits.max_submit, limits.max_submit_source or "MaxSubmitJobs", limits.queued, "your"))
+    if limits.account_max_submit is not None:
+        # Not counted: the user's own jobs are the least the account has queued.
+        counted = limits.queued if limits.account_queued is None else limits.account_queued
+        whose = "your" if limits.account_queued is None else f"account {limits.account or '?'}'s"
+        candidates.append((limits.account_max_submit, limits.account_max_submit_source or "GrpSubmitJobs",
+                           counted, whose))
+    return min(candidates, key=lambda each: each[0] - each[2], default=None)
 
 
 def format_duration(seconds: int) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .. import codec
-from ..domain.commit import AttemptEnding, WaitRequest, activation_changes, decide_commit
+from ..domain.commit import AttemptEnding, activation_changes, decide_commit
 from ..domain.data import decide_staged_data
 from ..domain.frames import ChildRef, StateFrame
 from ..domain.lifecycle import TERMINAL_KINDS, Event, StateKind, is_terminal
@@ -57,11 +57,7 @@ def ending_of(outcome: Outcome, *, data_applied: bool) -> AttemptEnding:
     """What the domain decides a commit from: the outcome as read and applied."""
     spawned = tuple(ChildRef(child["label"], child["job_id"], child["job_key"], child["placement"])
                     for child in outcome.spawned)
-    join = outcome.join
-    wait = None if join is None else WaitRequest(
-        step=join["step"], when=join["when"], count=join["count"], on_impossible=join["on_impossible"],
-        labels=tuple(join["children"]),
-    )
+    wait = outcome.join
     return AttemptEnding(
         action=outcome.action,
         failure=outcome.failure,

@@ -15,7 +15,8 @@ from typing import Any
 import attrs
 
 from .. import codec
-from ..attempt_records import JoinDocument, OutcomeDocument, SpawnDocument, TransactionDocument
+from ..attempt_records import JoinDocument, OutcomeDocument, RunnerErrorDocument, SpawnDocument, TransactionDocument
+from ..domain.commit import WaitRequest
 from ..domain.model import Failure, ValidationError, check_join_condition
 from ..ports import Filesystem
 from ..protocol import JOB_FILE, PRIVATE_DIR, parse_job_bytes
@@ -34,7 +35,7 @@ class Outcome:
     action: str
     step: str | None = None
     priority: int | None = None
-    join: dict[str, Any] | None = None
+    join: WaitRequest | None = None
     failure: Failure | None = None
     reason: str | None = None
     runner_steps: tuple[str, ...] | None = None
@@ -91,14 +92,15 @@ def _synthesize(fs: Filesystem, control: str, returncode: int | None) -> Outcome
     error_file = f"{control}/error.json"
     if fs.exists(error_file):
         try:
-            error = codec.decode_object(fs.read_document(error_file), error_file)
+            error = codec.read(fs.read_document(error_file), RunnerErrorDocument, error_file)
         except (codec.DocumentError, OSError) as unreadable:
-            error = {"exception": "unreadable error.json", "message": str(unreadable)}
-        message = f"{error.get('exception', 'error')}: {error.get('message', '')}".strip()
-        details = {key: error[key] for key in ("step", "exception", "file", "line", "command") if key in error}
+            error = RunnerErrorDocument("unreadable error.json", str(unreadable))
+        message = error.summary
+        details: dict[str, Any] = {key: getattr(error, key) for key in ("step", "exception", "file", "line", "command")
+                                   if getattr(error, key) is not None}
         details["returncode"] = returncode
         tail = stderr_tail(fs, control)
-        if tail and error.get("file"):  # Bash: the refusal that killed the handler is on stderr
+        if tail and error.file:  # Bash: the refusal that killed the handler is on stderr
             details["stderr"] = tail
             message = f"{message}; stderr: {tail}"
         return Outcome(
@@ -168,8 +170,8 @@ def _parse_ready(fs: Filesystem, ready: str) -> Outcome:
     )
 
 
-def _join(name: str, record: JoinDocument, labels: set[str]) -> dict[str, Any]:
-    """The join as the frame stores it, once the spawned labels are known."""
+def _join(name: str, record: JoinDocument, labels: set[str]) -> WaitRequest:
+    """The join the outcome asks for, checked against the labels it spawned."""
     children = list(record.children or ())
     for label in children:
         if label not in labels:
@@ -180,8 +182,8 @@ def _join(name: str, record: JoinDocument, labels: set[str]) -> dict[str, Any]:
         check_join_condition(record.when, record.count, children=len(children) or len(labels))
     except ValidationError as error:
         raise codec.DocumentError(name, "$.join", str(error)) from None
-    return {"step": record.step, "when": record.when, "count": record.count,
-            "on_impossible": record.on_impossible, "children": children}
+    return WaitRequest(step=record.step, when=record.when, count=record.count,
+                       on_impossible=record.on_impossible, labels=tuple(children))
 
 
 def _read_spawn(fs: Filesystem, ready: str) -> list[dict[str, Any]]:

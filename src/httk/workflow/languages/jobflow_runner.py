@@ -12,14 +12,21 @@ which the conductor passes in the child's inputs.
 
 A ``Response`` maps onto the same primitives:
 
-- ``replace``, ``detour``, ``addition``: the job spawns a sub-conductor per diversion
-  flow and gathers them (step ``absorb``), so the job, and therefore everything that
-  depends on it, finishes only after them — the order ``run_locally`` runs them in.
-  A replacement carries the replaced job's uuid at the next index, so a reference to
-  the replaced job resolves to the replacement's output (jobflow's "latest" index);
+- ``replace``, ``detour``: the job spawns a sub-conductor per diversion flow and
+  gathers them (step ``absorb``), so the job, and therefore everything that depends
+  on it, finishes only after them (a detour's flow is what the job's children wait
+  for). A replacement carries the replaced job's uuid at the next index, so a
+  reference to the replaced job resolves to the replacement's output (jobflow's
+  "latest" index);
+- ``addition``: the job hands the flow to its conductor (``jobflow/addition.json``),
+  which spawns it once the job has succeeded, beside the job's children: they do
+  not wait for it, and a failed addition fails the flow, not the job;
 - ``stop_children``: the conductor runs none of the job's descendants (``stopped``);
-- ``stop_jobflow``: the conductor spawns nothing more and the flow succeeds, naming
-  the job that stopped it.
+- ``stop_jobflow``: the job runs none of its diversions and the conductor spawns
+  nothing more (``not_run``).
+
+A flow stopped either way did not finish successfully, as jobflow's ``run_locally``
+says (``ensure_success`` raises): the conductor fails with ``jobflow_flow_stopped``.
 
 A job that raises fails with ``jobflow_job_failed`` (not retried: jobflow has no
 retry either); its descendants whose ``on_missing_references`` is ``error`` (the
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,34 +47,24 @@ from typing import Any
 from ..runtime import ChildSpec
 from ..sdk import Attempt, Runner
 from . import LANGUAGES
+from .jobflow_codec import decode, encode
 
 LANGUAGE = LANGUAGES["jobflow"]
 OUTPUTS = "jobflow/outputs"
 #: What a job sent to an additional store (``@job(data=True)``): one blob per file, ``<store>.<blob_uuid>.json``.
 BLOBS = "jobflow/blobs"
 RESPONSE = "jobflow/response.json"
+#: A job's ``Response.addition``, for its conductor to add to the flow (the job does not run it).
+ADDITION = "jobflow/addition.json"
 FLOW_SUMMARY = "jobflow/flow.json"
 #: Where this attempt stages each file it puts (below the workdir; removed once put has copied it).
 STAGING = ".httk-jobflow"
-DIVERSIONS = ("replace", "detour", "addition")
+#: The diversions a job runs itself (gathered before it ends): its dependents wait for them.
+DIVERSIONS = ("replace", "detour")
 #: Terminal states of a jobflow job inside one conductor (``state["statuses"]``).
 SUCCEEDED, FAILED, ERRORED, STOPPED, NOT_RUN = "succeeded", "failed", "errored", "stopped", "not_run"
 
 run = Runner("jobflow")
-
-
-def encode(obj: Any) -> Any:
-    """A jobflow object (a ``Flow``, a ``Job``, a document) as plain JSON, the way jobflow serializes it."""
-    from monty.json import MontyEncoder
-
-    document = obj.as_dict() if hasattr(obj, "as_dict") else obj
-    return json.loads(json.dumps(document, cls=MontyEncoder, allow_nan=False))
-
-
-def decode(document: Any) -> Any:
-    from monty.json import MontyDecoder
-
-    return MontyDecoder().process_decoded(document)
 
 
 def label_for(name: str, uuid: str) -> str:
@@ -157,16 +155,54 @@ def _references(documents: Iterable[Mapping[str, Any]], uuids: Iterable[str]) ->
     return sorted((doc for docs in chosen.values() for doc in docs), key=document_name)
 
 
-def _child(inputs: dict[str, Any], step: str) -> ChildSpec:
+def _child(a: Attempt, inputs: dict[str, Any], step: str) -> ChildSpec:
     # Jobflow retries nothing, and neither does a jobflow job here (a killed runner is still retried).
+    modules = a.input("modules", {})
+    if modules:  # every job of the flow decodes with the flow's shipped modules
+        inputs = {**inputs, "modules": modules}
     return ChildSpec(step=step, inputs=inputs, data_mode="transactional")
+
+
+def _load(a: Attempt, name: str) -> Any | None:
+    """Input ``name`` decoded, the flow's shipped modules importable first; ``None`` once the attempt failed.
+
+    A flow whose module this Python cannot import fails ``jobflow_flow_unimportable``, not
+    retried: a retry would not find it either (unlike a killed runner).
+    """
+    modules: dict[str, str] = dict(a.input("modules", {}))
+    if modules:
+        root = a.workdir / STAGING / "modules"
+        for relative, source in modules.items():
+            parts = Path(relative).parts
+            if Path(relative).is_absolute() or ".." in parts or not relative.endswith(".py"):
+                a.fail("jobflow_flow_unimportable", f"shipped module path {relative!r} is not a relative .py path",
+                       details={"module": relative})
+                return None
+            (root / relative).parent.mkdir(parents=True, exist_ok=True)
+            (root / relative).write_text(source, encoding="utf-8")
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+    try:
+        return decode(a.input(name))
+    except ImportError as error:
+        module = error.name or str(error)
+        a.fail("jobflow_flow_unimportable",
+               f"the flow needs module {module!r}, which cannot be imported where this job runs "
+               f"({type(error).__name__}: {error}); install it there (pip install), put its directory on the "
+               "managers' PYTHONPATH, or submit with 'job new --flow MODULE:FUNCTION' from its directory, so "
+               "that its source travels with the job",
+               details={"module": module, "shipped": sorted(modules)})
+        return None
 
 
 # ----------------------------------------------------------------------------------------- conductor
 def _absorb_children(a: Attempt, labels: Mapping[str, str], statuses: dict[str, str],
-                     failures: dict[str, Any], stopping: dict[str, Any]
+                     failures: dict[str, Any], stopping: dict[str, Any], additions: list[tuple[str, Any]]
                      ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Fold the gathered wave into ``statuses``; return the output documents and blobs its jobs produced."""
+    """Fold the gathered wave into ``statuses``; return the output documents and blobs its jobs produced.
+
+    The flows a job's ``Response.addition`` asks for are appended to ``additions`` (with the job's uuid).
+    """
     produced: dict[str, dict[str, Any]] = {}
     blobs: dict[str, dict[str, Any]] = {}
     for child in a.children:
@@ -189,7 +225,33 @@ def _absorb_children(a: Attempt, labels: Mapping[str, str], statuses: dict[str, 
             stopping.setdefault("stop_children", []).append(uuid)
         if response.get("stop_jobflow") and not stopping.get("stopped_by"):
             stopping["stopped_by"] = uuid
+        if response.get("addition") and child.data is not None and (child.data / ADDITION).is_file():
+            additions.append((uuid, json.loads((child.data / ADDITION).read_text(encoding="utf-8"))))
     return produced, blobs
+
+
+def _spawn_additions(a: Attempt, additions: Iterable[tuple[str, Any]], labels: dict[str, str],
+                     statuses: dict[str, str], added: dict[str, str], stopping: Mapping[str, Any],
+                     known: Mapping[str, Any], blobs: Mapping[str, Any]) -> bool:
+    """Spawn a sub-conductor for each added flow, as a job of this flow whose parent has succeeded.
+
+    Its status is the flow's (``statuses[flow uuid]``); nothing of the flow waits for it but the
+    conductor's next wave. After ``stop_jobflow`` nothing is added (``not_run``). Whether one was spawned.
+    """
+    spawned = False
+    for parent, document in additions:
+        uuid = str(document.get("uuid") or parent)
+        added[uuid] = str(document.get("name") or "addition")
+        if stopping.get("stopped_by"):
+            statuses[uuid] = NOT_RUN
+            continue
+        label = label_for("addition", uuid)
+        labels[label] = uuid
+        references = _references(known.values(), _referenced_uuids(document))
+        inputs = {"flow": document, "references": references, "blobs": _blobs_of(blobs.values(), references)}
+        a.spawn(_child(a, inputs, "conduct"), label=label)
+        spawned = True
+    return spawned
 
 
 def _plan(flow: Any, statuses: dict[str, str], stopping: Mapping[str, Any]) -> list[Any]:
@@ -220,13 +282,17 @@ def _plan(flow: Any, statuses: dict[str, str], stopping: Mapping[str, Any]) -> l
 @run.step
 def conduct(a: Attempt) -> None:
     """Spawn every job of the flow that can run now and gather them; conclude when none is left."""
-    flow = decode(a.input("flow"))
+    flow = _load(a, "flow")
+    if flow is None:
+        return
     state = a.state.read()
     statuses: dict[str, str] = dict(state.get("statuses", {}))
     labels: dict[str, str] = dict(state.get("labels", {}))
     failures: dict[str, Any] = dict(state.get("failures", {}))
     stopping: dict[str, Any] = dict(state.get("stopping", {}))
-    produced, new_blobs = _absorb_children(a, labels, statuses, failures, stopping)
+    added: dict[str, str] = dict(state.get("added", {}))
+    additions: list[tuple[str, Any]] = []
+    produced, new_blobs = _absorb_children(a, labels, statuses, failures, stopping, additions)
     put_documents(a, produced.values())
     put_documents(a, new_blobs.values(), BLOBS)
     known = {**{document_name(doc): doc for doc in a.input("references", [])}, **read_documents(a.data), **produced}
@@ -238,11 +304,12 @@ def conduct(a: Attempt) -> None:
         labels[label] = job.uuid
         references = _references(known.values(), job.input_uuids)
         inputs = {"job": encode(job), "references": references, "blobs": _blobs_of(blobs.values(), references)}
-        a.spawn(_child(inputs, "run"), label=label)
-    names = {job.uuid: job.name for job, _ in flow.iterflow()}
+        a.spawn(_child(a, inputs, "run"), label=label)
+    spawned = _spawn_additions(a, additions, labels, statuses, added, stopping, known, blobs)
+    names = {**{job.uuid: job.name for job, _ in flow.iterflow()}, **added}
     a.state.merge({"statuses": statuses, "labels": labels, "failures": failures, "stopping": stopping,
-                   "names": names})
-    if ready:
+                   "names": names, "added": added})
+    if ready or spawned:
         a.gather("conduct", when="all_terminal")
         return
     summary = {"flow": flow.uuid, "name": flow.name, "statuses": statuses, "names": names, **stopping}
@@ -252,6 +319,16 @@ def conduct(a: Attempt) -> None:
         described = ", ".join(f"{names.get(uuid, uuid)} ({statuses[uuid]})" for uuid in bad)
         a.fail("jobflow_flow_failed", f"{len(bad)} of {len(statuses)} jobs of flow {flow.name!r} did not "
                f"succeed: {described}", details={"failures": failures, "statuses": statuses})
+        return
+    # As jobflow's run_locally: a flow stopped by stop_jobflow, or with jobs stop_children skipped,
+    # did not finish successfully.
+    skipped = sorted(uuid for uuid, status in statuses.items() if status in (STOPPED, NOT_RUN))
+    if stopping.get("stopped_by") or skipped:
+        by = stopping.get("stopped_by")
+        cause = (f"{names.get(by, by)} returned stop_jobflow" if by else "stop_children of "
+                 + ", ".join(names.get(uuid, uuid) for uuid in stopping.get("stop_children", ())))
+        a.fail("jobflow_flow_stopped", f"flow {flow.name!r} was stopped ({cause}): {len(skipped)} of "
+               f"{len(statuses)} jobs did not run", details={"statuses": statuses, **stopping})
         return
     a.succeed()
 
@@ -265,7 +342,9 @@ def run_job(a: Attempt) -> None:
     from jobflow import JobStore
     from maggma.stores import MemoryStore
 
-    job = decode(a.input("job"))
+    job = _load(a, "job")
+    if job is None:
+        return
     references = list(a.input("references", []))
     given = list(a.input("blobs", []))
     stores = _AdditionalStores(MemoryStore)
@@ -286,31 +365,40 @@ def run_job(a: Attempt) -> None:
     own_blobs = [{**_plain(blob), "store": name} for name, blob_store in stores.items()
                  for blob in blob_store.query({"job_uuid": job.uuid})]
     put_documents(a, own_blobs, BLOBS)
-    diversions = [(kind, getattr(response, kind)) for kind in DIVERSIONS if getattr(response, kind) is not None]
+    # stop_jobflow: jobflow's run_locally returns before running the job's diversions, and so does this.
+    stopped = bool(response.stop_jobflow)
+    diversions = [] if stopped else [(kind, getattr(response, kind)) for kind in DIVERSIONS
+                                     if getattr(response, kind) is not None]
+    addition = None if stopped else response.addition
     put_json(a, RESPONSE, {
         "uuid": job.uuid, "index": job.index, "name": job.name,
-        "stop_children": bool(response.stop_children), "stop_jobflow": bool(response.stop_jobflow),
-        "diversions": [kind for kind, _ in diversions], "stored_data": response.stored_data is not None,
+        "stop_children": bool(response.stop_children), "stop_jobflow": stopped,
+        "diversions": [kind for kind, _ in diversions], "addition": addition is not None,
+        "stored_data": response.stored_data is not None,
     })
+    if addition is not None:
+        # An addition joins the flow beside the job's children, which do not wait for it: the
+        # conductor spawns it once this job has succeeded (only a detour re-parents the children).
+        put_json(a, ADDITION, encode(addition))
     if not diversions:
         a.succeed()
         return
     available, blobs = references + own, given + own_blobs
     for kind, flow in diversions:
-        a.spawn(_child({"flow": encode(flow), "references": available, "blobs": blobs}, "conduct"),
+        a.spawn(_child(a, {"flow": encode(flow), "references": available, "blobs": blobs}, "conduct"),
                 label=label_for(kind, flow.uuid))
     a.gather("absorb", when="all_terminal")
 
 
 @run.step
 def absorb(a: Attempt) -> None:
-    """Take the outputs of the diversion flows a job spawned; the job fails when one of them failed."""
+    """Take the outputs of the replace/detour flows a job spawned; the job fails when one of them failed."""
     put_documents(a, [doc for child in a.children.succeeded for doc in read_documents(child.data).values()])
     put_documents(a, [blob for child in a.children.succeeded for blob in read_documents(child.data, BLOBS).values()],
                   BLOBS)
     failed = [child.label for child in a.children.failed]
     if failed:
-        a.fail("jobflow_diversion_failed", f"the flows this job's Response added did not succeed: "
+        a.fail("jobflow_diversion_failed", f"the replace/detour flows of this job's Response did not succeed: "
                f"{', '.join(failed)}", details={"failed": failed})
         return
     a.succeed()

@@ -24,12 +24,14 @@ out tasks). See docs/v1_compatibility.md.
 from __future__ import annotations
 
 import bz2
-import datetime
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from ..adapters.clock import SystemClock, local_time_text
+from ..adapters.fs_posix import PosixFilesystem
+from ..ports import Clock, Filesystem
 from ..protocol import prepare_job_payload
 from ..sdk import Attempt
 from .v1_format import (
@@ -53,15 +55,19 @@ IN_DIR = 'cd "$1" && shift && exec "$@"'
 #: Runs the step with its output appended to the task's log and passed on to the attempt's stdout.
 TEE = 'cd "$1" && shift && set -o pipefail && "$@" 2>&1 | tee -a "$HT_TASK_TOP_DIR/ht.taskmgr.stdout"'
 ATOMIC_EXEC = '. "$1" && cd "$2" && HT_TASK_ATOMIC_EXEC'
-#: v1's finish: the run is renamed by its date, as one rename (``mv -T`` refuses to move into a directory).
-RENAME = 'cd "$1" && mv -T -n -- "$2" "$3" && [ ! -e "$2" ]'
+#: v1's finish names the run by its local date and time (``ht.run.2026-01-01_00.00.00``).
+RUN_STAMP = "%Y-%m-%d_%H.%M.%S"
 
 
 class V1Runner:
     """One attempt of a converted v1 task."""
 
-    def __init__(self, attempt: Attempt, runner_dir: Path) -> None:
+    def __init__(self, attempt: Attempt, runner_dir: Path, *, fs: Filesystem | None = None,
+                 clock: Clock | None = None) -> None:
         self.a = attempt
+        # A runner process has no composition root: it builds the adapters it renames and reads time through.
+        self.fs = fs if fs is not None else PosixFilesystem()
+        self.clock = clock if clock is not None else SystemClock()
         self.top = attempt.workdir
         self.httk_dir = runner_dir / "httk_dir"
         self.library = runner_dir / "lib" / "ht_tasks_api.sh"
@@ -146,10 +152,11 @@ class V1Runner:
             if log.is_file():
                 (rundir / f"{LOG}.bz2").write_bytes(bz2.compress(log.read_bytes()))
                 log.unlink()
-            stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H.%M.%S")
-            renamed = self.a.run(["bash", "-c", RENAME, "ht-finish", str(self.top), rundir.name, f"ht.run.{stamp}"])
-            if renamed.returncode:
-                raise RuntimeError(f"could not rename {rundir} to ht.run.{stamp} (status {renamed.returncode})")
+            finished = self.top / f"ht.run.{local_time_text(self.clock.now(), RUN_STAMP)}"
+            try:  # one rename that never replaces: a run finished in the same second is not overwritten
+                self.fs.rename(str(rundir), str(finished), durable=True)
+            except OSError as error:
+                raise RuntimeError(f"could not rename {rundir} to {finished.name}: {error.strerror}") from None
         self.a.succeed()
 
     def _ended(self, status: str, rundir: Path, reason: str, code: str, message: str) -> None:

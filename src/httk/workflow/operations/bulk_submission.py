@@ -12,8 +12,8 @@ with one line naming it, and nothing is written. Then, per chunk of jobs:
 2. the id reservations (:func:`.job_ids.reserve_job_ids`): written beside their
    names, synced together, renamed into place, each bucket synced once;
 3. the payloads: copied to ``tmp/submit-<id>``, the copies synced together, renamed
-   into place, each placement directory and ``tmp/`` synced once (``move``: renamed
-   from the source, each directory involved synced once);
+   into place, each placement directory and ``tmp/`` synced once (``move``: the sources
+   synced together, then renamed into place, each directory involved synced once);
 4. the markers (:meth:`.store.Store.create_submitted_many`), after every payload
    of the chunk is durable; each marker directory synced once.
 
@@ -60,7 +60,11 @@ _TICK = 100
 
 
 class BulkSubmissionError(SubmissionError):
-    """A write failed part way through a batch: ``submitted`` were submitted, the others were not."""
+    """A write failed part way through a batch: ``submitted`` were submitted, the others were not.
+
+    Also raised with no job submitted when taking a failed chunk back left something
+    behind (named in the message): either way the workspace is not as it was.
+    """
 
     def __init__(self, message: str, submitted: Sequence[Submitted]) -> None:
         super().__init__(message)
@@ -109,11 +113,11 @@ def _plan_all(
         return []
     runners: dict[tuple[str, str, str | None], str | None] = {}
 
-    def runner_check(spec: JobSpec) -> str | None:
+    def runner_check(spec: JobSpec, payload: str) -> str | None:
         # Many jobs pin one runner: resolve and digest it once per batch.
         identity = (spec.runner_source, spec.runner_path, spec.runner_sha256)
         if identity not in runners:
-            runners[identity] = check_runner(workspace, spec, allow_missing=allow_missing)
+            runners[identity] = check_runner(workspace, spec, allow_missing=allow_missing, payload=payload)
         return runners[identity]
 
     planned: list[Planned] = []
@@ -188,13 +192,13 @@ def _write_chunk(
         tick.flush("reserving")
         _place(workspace, items, written, move=move, tick=tick)
     except (JobIdTaken, OSError) as error:
-        _undo(workspace, written, move=move)
+        left = _undo(workspace, written, move=move)
         item = by_id.get(error.job_id, written.current) if isinstance(error, JobIdTaken) else written.current
         if isinstance(error, JobIdTaken):  # another creation took an id since the check
             message = id_refusal(item.placement, error)
         else:
             message = write_refusal(error, item.source, item.placement, workspace.root, move=move)
-        raise _failure(message, before, total) from None
+        raise _failure(message, before, total, left) from None
 
     def published(marker: Marker) -> None:
         written.markers.append(marker)
@@ -216,6 +220,10 @@ def _place(workspace: WorkspaceHandle, items: Sequence[Planned], written: _Writt
     fs, durable = workspace.fs, workspace.durable
     synced = {posixpath.dirname(item.destination) for item in items}
     if move:
+        if durable:
+            # The caller may never have synced its payloads: a rename moves the names, not
+            # the unsynced data, so a marker over them could survive a crash the payload does not.
+            fs.sync_trees([item.source for item in items])
         for item in items:
             written.current = item
             fs.rename(item.source, item.destination, durable=False)
@@ -241,28 +249,54 @@ def _place(workspace: WorkspaceHandle, items: Sequence[Planned], written: _Writt
         fs.fsync_dirs(sorted(synced))
 
 
-def _undo(workspace: WorkspaceHandle, written: _Written, *, move: bool, kept: frozenset[str] = frozenset()) -> None:
-    """Take back what the chunk wrote, except for the jobs (ids) in ``kept``, which were submitted."""
+def _undo(
+    workspace: WorkspaceHandle, written: _Written, *, move: bool, kept: frozenset[str] = frozenset()
+) -> list[str]:
+    """Take back what the chunk wrote, except for the jobs (ids) in ``kept``, which were submitted.
+
+    Runs inside the handling of the write error that made it necessary, so it never
+    raises :class:`OSError` itself: it goes on with the rest and returns what it
+    could not take back, one phrase each, for that error's message.
+    """
     fs, layout = workspace.fs, workspace.layout
+    left: list[str] = []
+
+    def attempt(what: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except OSError as error:
+            left.append(f"{what} ({error.strerror or error})")
+
     for item in reversed(written.placed):
         if item.key.job_id in kept:
             continue
         if move:
-            fs.rename(item.destination, item.source, durable=False)
+            attempt(f"payload {item.destination} (not moved back to {item.source})",
+                    lambda item=item: fs.rename(item.destination, item.source, durable=False))
         else:
-            fs.rmtree(item.destination)
+            attempt(f"payload copy {item.destination}", lambda item=item: fs.rmtree(item.destination))
     placed = {item.key.job_id for item in written.placed}
     for item in written.staged:
         if item.key.job_id not in placed:
-            fs.rmtree(item.staging)
+            attempt(f"staged copy {item.staging}", lambda item=item: fs.rmtree(item.staging))
     for reservation in written.reserved:
         if reservation.job_id not in kept:
-            release_job_id(fs, layout, reservation)
+            attempt(f"id reservation {layout.id_reservation(reservation.job_id)}",
+                    lambda reservation=reservation: release_job_id(fs, layout, reservation))
     for directory in sorted(written.created, key=len, reverse=True):
         try:
             fs.rmdir(directory)
         except OSError:
             pass  # not empty: a job of this batch (or of another submission) is there
+    return left
+
+
+def _leftovers(left: Sequence[str]) -> str:
+    """The clause a failure's message gets when its rollback left ``left`` behind ('' when nothing)."""
+    if not left:
+        return ""
+    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    return f"; the rollback failed too and left {shown}: see 'httk workflow workspace fsck'"
 
 
 def _partial_markers(
@@ -271,11 +305,16 @@ def _partial_markers(
 ) -> None:
     """A marker could not be made: the jobs with one are submitted (synced now), the rest are taken back."""
     fs = workspace.fs
-    if workspace.durable and written.markers:
-        fs.fsync_dirs(sorted({posixpath.dirname(workspace.store.marker_path(marker)) for marker in written.markers}))
     # Markers are made in the chunk's order, so the jobs with one are its first ones.
     done = len(written.markers)
-    _undo(workspace, written, move=move, kept=frozenset(item.key.job_id for item in items[:done]))
+    left: list[str] = []
+    if workspace.durable and written.markers:
+        try:
+            fs.fsync_dirs(sorted({posixpath.dirname(workspace.store.marker_path(marker))
+                                  for marker in written.markers}))
+        except OSError as sync_error:  # keep the error that stopped the batch; say what this one leaves
+            left.append(f"the markers of those {done} jobs unsynced ({sync_error.strerror or sync_error})")
+    left += _undo(workspace, written, move=move, kept=frozenset(item.key.job_id for item in items[:done]))
     submitted = [*before, *(Submitted(marker, item.destination, item.spec, item.warning)
                             for marker, item in zip(written.markers, items, strict=False))]
     reason = error.strerror or str(error)
@@ -283,19 +322,24 @@ def _partial_markers(
             else f"cannot sync the markers of {len(items)} jobs")
     raise BulkSubmissionError(
         f"{what}: {reason}; the first {len(submitted)} of {total} jobs were submitted, the other "
-        f"{total - len(submitted)} were not (submit those payloads again)",
+        f"{total - len(submitted)} were not (submit those payloads again){_leftovers(left)}",
         submitted,
     )
 
 
-def _failure(message: str, before: Sequence[Submitted], total: int) -> SubmissionError:
-    """The error of a chunk whose writes were taken back: a plain refusal when nothing was submitted yet."""
+def _failure(message: str, before: Sequence[Submitted], total: int, left: Sequence[str] = ()) -> SubmissionError:
+    """The error of a chunk whose writes were taken back (``left``: what could not be).
+
+    A plain refusal when nothing was submitted yet and nothing was left behind.
+    """
     if not before:
-        return SubmissionError(message)
+        if not left:
+            return SubmissionError(message)
+        return BulkSubmissionError(f"{message}{_leftovers(left)}", before)
     message = message.removesuffix("; nothing was submitted")
     return BulkSubmissionError(
         f"{message}; the first {len(before)} of {total} jobs were submitted, the other {total - len(before)} were "
-        "not (submit those payloads again)",
+        f"not (submit those payloads again){_leftovers(left)}",
         before,
     )
 

@@ -18,7 +18,7 @@ import attrs
 from .. import codec
 from ..domain.lifecycle import TERMINAL_KINDS, StateKind
 from ..domain.scheduling import placement_matches
-from ..languages import NATIVE, realization_of
+from ..languages.realization import NATIVE, realization_of
 from ..store.markers import Marker
 from ..store.store import JobDamage
 from ..store.workspaces import WorkspaceHandle

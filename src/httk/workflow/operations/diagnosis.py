@@ -12,9 +12,11 @@ manager will not do. Read-only. Spec: 000 "Inspecting jobs", "Readiness".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import codec
+from ..attempt_records import RunnerErrorDocument
 from ..domain import budgets
 from ..domain.joins import DEFAULT_JOIN_GRACE_SECONDS, JoinAction, describe_condition
 from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
@@ -24,7 +26,7 @@ from ..domain.takeover import TakeoverAction, decide_takeover
 from ..engine.manifest import read_beat, read_heartbeat, read_manifest
 from ..engine.recovery import TakeoverSettings, observe
 from ..engine.waiting import ACTIVE_CHILD, child_kinds, join_decision
-from ..languages import HTTK_V1, LANGUAGE, LANGUAGES, missing_modules, realization_of
+from ..languages.realization import HTTK_V1, LANGUAGE, LANGUAGES, missing_modules, realization_of
 from ..ports import ProcessControl
 from ..store.markers import Marker
 from ..store.store import JobDamage
@@ -60,13 +62,17 @@ def offer_of(manager: dict[str, Any]) -> Offer:
     )
 
 
-def realization_lines(spec: Any) -> list[str]:
-    """What realizes a language job or a converted v1 task, and what its manager's machine needs; none for native."""
+def realization_lines(spec: Any, find: Callable[[str], Any] | None) -> list[str]:
+    """What realizes a language job or a converted v1 task, and what its manager's machine needs; none for native.
+
+    ``find`` (``Ports.find_module``) says whether an engine module is installed here; ``None``: not asked.
+    """
     realization = realization_of(spec.runner_source, spec.runner_path)
     if realization.kind == LANGUAGE and realization.language in LANGUAGES:
         language = LANGUAGES[realization.language]
-        missing = missing_modules(language)
-        here = ("its engine modules are installed on this machine" if not missing else
+        missing = missing_modules(language, find) if find is not None else None
+        here = (f"the manager's machine needs its engine modules: {language.install_hint}" if missing is None else
+                "its engine modules are installed on this machine" if not missing else
                 f"its engine modules ({', '.join(missing)}) are not installed on this machine; the manager's "
                 f"machine needs them: {language.install_hint}")
         return [f"realization: language ({language.name}), run by the packaged runner {spec.runner_path}; {here}"]
@@ -94,7 +100,7 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
         lines.append(f"job.json is unreadable: {view.spec_error}")
     lines.extend(_refusals(handle, marker))
     if spec is not None:
-        lines.extend(realization_lines(spec))
+        lines.extend(realization_lines(spec, handle.ports.find_module))
     if kind == StateKind.SUBMITTED:
         summary = "submitted and not yet registered by any manager"
         executor = spec.executor if spec else "path"
@@ -272,11 +278,11 @@ def _last_error(handle: WorkspaceHandle, marker: Marker) -> str | None:
     if not attempts:
         return None
     try:
-        error = codec.decode_object(handle.fs.read_bytes(f"{attempts[-1]}/error.json"), "error.json")
+        error = codec.read(handle.fs.read_bytes(f"{attempts[-1]}/error.json"), RunnerErrorDocument, "error.json")
     except (FileNotFoundError, codec.DocumentError):
         return None
-    where = f" at {error['file']}:{error['line']}" if error.get("file") else ""
-    return f"{error.get('exception', 'error')}: {error.get('message', '')}{where}"
+    where = f" at {error.file}:{error.line}" if error.file else ""
+    return f"{error.summary}{where}"
 
 
 def _requests(handle: WorkspaceHandle, marker: Marker) -> list[str]:

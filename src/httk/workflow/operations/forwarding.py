@@ -23,12 +23,21 @@ from typing import Any
 
 import attrs
 
-from ..ports import BatchSystem, BatchSystemError, CommandResult, Filesystem, RemoteTransport, TransportError
+from ..ports import (
+    BatchCommandMissing,
+    BatchSystem,
+    BatchSystemError,
+    CommandResult,
+    Filesystem,
+    OutputSink,
+    RemoteTransport,
+    TransportError,
+)
 from .remote_staging import PREPARE, RESOLVE, Upload, launch_argv, remove_argv, staged_name, upload
 from .remotes import Remote, RemoteError, RemoteReference
 
 #: Receives a forwarded command's output, chunk by chunk, as it arrives.
-Sink = Callable[[bytes], None]
+Sink = OutputSink
 
 
 @attrs.define
@@ -147,6 +156,8 @@ class RemoteSession:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.close()
+        if isinstance(exc, BatchCommandMissing):
+            raise type(exc)(f"remote {self.remote.name}: {exc} (remote check {self.remote.name})") from None
         if isinstance(exc, TransportError | BatchSystemError):
             raise type(exc)(f"remote {self.remote.name}: {exc}") from None
 
@@ -272,6 +283,34 @@ def manager_script(
     script = session.batch.compose_script(path, settings, list(manager_args), session.batch_httk_command(),
                                           workers=workers)
     return ManagerScript(path, settings, script)
+
+
+@attrs.frozen
+class RecordedManagers:
+    """The manager jobs a remote workspace's ``.httk-workflow/batch`` records (``job_ids`` ``None``: unknowable)."""
+
+    workspace: str
+    workdir: str
+    job_ids: list[str] | None
+
+
+def recorded_managers(session: RemoteSession, reference: RemoteReference) -> RecordedManagers:
+    """The remote workspace's path and the manager jobs its batch workdir records, by their output files.
+
+    ``job_ids`` is ``None`` for a batch system whose output names do not carry the job id
+    (``job_ids_in`` answers ``None``, or a plug-in has no such method).
+    """
+    target = ["--", reference.path] if reference.path else []
+    path = str(session.httk_json(["workflow", "workspace", "status", "--json", *target])["path"])
+    workdir = f"{path}/.httk-workflow/batch"
+    reader = getattr(session.batch, "job_ids_in", None)
+    if reader is None:
+        return RecordedManagers(path, workdir, None)
+    # No workdir yet (nothing was ever submitted there) is no manager, not an error.
+    listing = session.transport.run(["sh", "-c", 'cd -- "$1" 2>/dev/null && ls -1A', "httk-workflow", workdir],
+                                    timeout=session.timeout)
+    names = listing.stdout.splitlines() if listing.returncode == 0 else []
+    return RecordedManagers(path, workdir, reader(names))
 
 
 def manager_jobs(session: RemoteSession, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -29,7 +29,14 @@ from ..domain.frames import StateFrame
 from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
 from ..engine.manifest import read_beat
 from ..protocol import JOB_FILE
-from ..store.job_ids import JobIdTaken, missing_reservations, read_reservation, reservation_of, reserve_job_id
+from ..store.job_ids import (
+    JobIdTaken,
+    missing_reservations,
+    read_reservation,
+    reservation_of,
+    reservation_temps,
+    reserve_job_id,
+)
 from ..store.journal import FrameDamage, RecordRef
 from ..store.markers import INIT_REF, Marker
 from ..store.store import JobDamage, Store
@@ -53,6 +60,8 @@ SET_ASIDE_LEFT = "left: with --repair --quarantine-unrepairable it is moved into
 SET_ASIDE = "moved into .httk-workflow/quarantine/ with an audit record"
 #: A payload nothing names may be a submission that died before its marker: resubmitting is the operator's call.
 ORPHAN_LEFT = "left: no frame tells its state; resubmit it with 'job submit --move', or remove it"
+#: A reservation temp this old is left by a creation that died: a live one renames or removes its temps in moments.
+RESERVATION_TEMP_SECONDS = 3600.0
 #: What fsck does about a job.json it cannot read: nothing, there is no older copy to restore.
 DEFINITION_LEFT = "unrepairable: job.json is the job's immutable definition; restore it from the original payload"
 
@@ -147,6 +156,7 @@ class Fsck:
         problems.extend(self._duplicates(seen))
         problems.extend(self._unmarked(seen))
         problems.extend(self._id_reservations(seen))
+        problems.extend(self._reservation_temps())
         left = [problem for problem in problems if problem.action not in ("repaired", "quarantined")]
         return {
             "workspace": self.handle.root,
@@ -282,6 +292,30 @@ class Fsck:
                 problems.append(Problem("id_reservation_conflict", path, key,
                                         f"job {key} at {placement} has an id reserved for another job: {why}",
                                         left if self.repair else "reported"))
+        return problems
+
+    def _reservation_temps(self) -> list[Problem]:
+        """``stale_reservation_temp``: each temp an interrupted reservation left in ``ids/`` (``--repair`` removes it).
+
+        Harmless to every reader (none takes a hidden name for a reservation), but it
+        never goes away by itself.
+        """
+        older_than = self.handle.ports.clock.now() - RESERVATION_TEMP_SECONDS
+        problems = []
+        for path in reservation_temps(self.fs, self.handle.layout, older_than):
+            problem = Problem("stale_reservation_temp", path, None,
+                              "a temp of a job-id reservation whose creation was interrupted (no job holds it)")
+            if not self.repair:
+                problems.append(problem)
+                continue
+            try:
+                self.fs.remove(path)
+            except FileNotFoundError:
+                continue  # removed meanwhile (by another fsck): nothing left to report
+            except OSError as error:
+                problems.append(attrs.evolve(problem, action=f"left: cannot remove it: {error.strerror or error}"))
+                continue
+            problems.append(done(problem, "repaired", "removed"))
         return problems
 
     # -- what the walk alone cannot tell (see fsck_census) -----------------------------------

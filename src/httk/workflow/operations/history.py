@@ -9,7 +9,11 @@ frame still names a previous one, a chain with a hole, or a writer whose kept
 segments do not start at its first one says so. Everything after the
 *horizon* — the newest instant such a loss is known to precede — is complete
 for the jobs in this workspace; a question about an earlier instant is refused
-(:class:`HistoryCollected`) rather than answered wrongly. Read-only.
+(:class:`HistoryCollected`) rather than answered wrongly. Only that moves the
+horizon: a job that arrived by ``transfer`` starts its stay here at its
+``transfer_import`` frame, and the copies of its history elsewhere (frames whose
+notes say ``imported``) are not this workspace's, so they are neither counted nor
+a hole; such a job is reported as arrived at that instant. Read-only.
 Spec: 000 "Freeing disk on a quota'd filesystem"; docs/workflow_filesystem_api.md "Journal".
 """
 
@@ -23,7 +27,8 @@ from typing import Any
 
 import attrs
 
-from ..domain.lifecycle import LEAVING_EVENTS, StateKind
+from ..domain.lifecycle import LEAVING_EVENTS, Event, StateKind
+from ..store.job_ids import iter_reservations
 from ..store.journal import RecordRef
 from ..store.markers import INIT_REF
 from ..store.workspaces import WorkspaceHandle
@@ -61,6 +66,13 @@ class Frame:
     failure_code: str | None
     failure_message: str | None
     total_attempts: int
+    #: A copy of a frame written in another workspace, appended here by a transfer's import.
+    imported: bool = False
+
+    @property
+    def arrival(self) -> bool:
+        """The job arrived here by transfer: its stay in this workspace starts at this frame."""
+        return self.event == Event.TRANSFER_IMPORT.value
 
 
 @attrs.frozen
@@ -83,6 +95,7 @@ class History:
         """The ``history`` member of a report: extent, and whether (and from when) any was collected."""
         times = [chain[0].created_at for chain in self.jobs.values() if chain]
         ends = [chain[-1].created_at for chain in self.jobs.values() if chain]
+        arrivals = sorted(frame.created_at for frame in self.frames if frame.arrival)
         return {
             "frames": sum(len(chain) for chain in self.jobs.values()),
             "jobs": len(set(self.jobs) | set(self.submitted_at)),
@@ -92,7 +105,14 @@ class History:
             "complete_since": self.horizon,
             "truncated_jobs": self.truncated_jobs,
             "damaged_segments": self.damaged_segments,
+            # Arrivals by transfer: before each, that job's history is in the workspace it came from.
+            "arrived_by_transfer": {"arrivals": len(arrivals), "first": arrivals[0] if arrivals else None,
+                                    "last": arrivals[-1] if arrivals else None},
         }
+
+    def arrivals_after(self, instant: float) -> list[Frame]:
+        """The ``transfer_import`` frames after ``instant``, oldest first."""
+        return [frame for frame in self.frames if frame.arrival and frame.created_at > instant]
 
     def check(self, instant: float, option: str) -> None:
         """Refuse ``instant`` when history before the horizon was collected (``option`` names the flag)."""
@@ -106,12 +126,13 @@ def _frame(ref: str, document: dict[str, Any]) -> Frame | None:
         return None
     failure = document.get("failure") if isinstance(document.get("failure"), dict) else {}
     previous = document.get("previous_record_ref")
+    notes = document.get("notes") if isinstance(document.get("notes"), dict) else {}
     return Frame(
         job_id=job_id, job_key=str(document.get("job_key") or job_id), placement=str(document.get("placement") or ""),
         generation=generation, kind=str(document.get("kind")), event=str(document.get("event")),
         created_at=float(created), ref=ref, previous=previous if isinstance(previous, str) else None,
         failure_code=failure.get("code"), failure_message=failure.get("message"),
-        total_attempts=int(document.get("total_attempts") or 0),
+        total_attempts=int(document.get("total_attempts") or 0), imported="imported" in notes,
     )
 
 
@@ -134,7 +155,8 @@ def read_history(handle: WorkspaceHandle, progress: Callable[[int], None] | None
                 if document.get("workspace_id") != handle.workspace_id:
                     continue
                 frame = _frame(str(ref), document)
-                if frame is not None:
+                # A copy of history elsewhere is not this workspace's (and carries an older created_at).
+                if frame is not None and not frame.imported:
                     jobs[frame.job_id].append(frame)
                     first = frame.created_at if first is None else first
             if number != expected and first is not None:
@@ -148,17 +170,14 @@ def read_history(handle: WorkspaceHandle, progress: Callable[[int], None] | None
         chain.sort(key=lambda frame: (frame.generation, frame.created_at))
         known = INIT_REF
         for frame in chain:
-            if frame.previous not in (None, INIT_REF, known):
+            # An arrival chains to the copies of the job's history elsewhere: a start here, never a hole.
+            if not frame.arrival and frame.previous not in (None, INIT_REF, known):
                 truncated += 1
                 horizon = frame.created_at if horizon is None else max(horizon, frame.created_at)
                 break
             known = frame.ref
-    submitted: dict[str, float] = {}
-    for fan in fs.scandir(layout.ids):
-        for entry in fs.scandir(fan.path):
-            info = fs.lstat(entry.path)
-            if info is not None and info.is_file:
-                submitted[entry.name] = info.mtime
+    # Reservations only: a temp a crashed creation left in a bucket is no job (fsck removes it).
+    submitted = dict(iter_reservations(fs, layout))
     return History(dict(jobs), submitted, horizon, truncated, damaged)
 
 
@@ -182,7 +201,11 @@ def status_at(history: History, instant: float) -> dict[str, Any]:
         kind = _kind_at(history, job_id, instant)
         if kind is not None:
             counts[kind] = counts.get(kind, 0) + 1
-    return {"at": instant, "counts": counts, "total": sum(counts.values()), "history": history.describe()}
+    later = history.arrivals_after(instant)
+    arrived = {"jobs": len({frame.job_id for frame in later}), "first": later[0].created_at if later else None,
+               "examples": sorted({frame.job_key for frame in later})[:EXAMPLES]}
+    return {"at": instant, "counts": counts, "total": sum(counts.values()), "arrived_later": arrived,
+            "history": history.describe()}
 
 
 def diff_since(history: History, instant: float) -> dict[str, Any]:
@@ -196,7 +219,8 @@ def diff_since(history: History, instant: float) -> dict[str, Any]:
         if not moved:
             continue
         after = None if moved[-1].event in _LEAVING else moved[-1].kind
-        transitions[(before or "new", after or "left")].append(moved[-1].job_key)
+        arrived = before is None and any(frame.arrival for frame in moved)
+        transitions[(before or ("arrived" if arrived else "new"), after or "left")].append(moved[-1].job_key)
         for frame in moved:
             if frame.kind == StateKind.FAILED.value:
                 failures[frame.failure_code or "unrecorded"].append(
@@ -254,7 +278,8 @@ def time_in_state(history: History) -> dict[str, Any]:
         if chain and submitted is not None and chain[0].previous in (None, INIT_REF):
             spans[StateKind.SUBMITTED.value].append(max(0.0, chain[0].created_at - submitted))
         for earlier, later in zip(chain, chain[1:], strict=False):
-            spans[earlier.kind].append(max(0.0, later.created_at - earlier.created_at))
+            if earlier.event not in _LEAVING:  # after leaving, the job was in another workspace until it came back
+                spans[earlier.kind].append(max(0.0, later.created_at - earlier.created_at))
     longest = max((max(values) for values in spans.values()), default=0.0)
     edges = [0.0, 1.0]
     while edges[-1] <= longest:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .. import codec
@@ -20,11 +20,11 @@ from ..domain.budgets import Counters, describe
 from ..domain.frames import JoinRecord, StateFrame
 from ..domain.lifecycle import TERMINAL_KINDS, StateKind
 from ..domain.model import check_placement
-from ..languages import realization_of
+from ..languages.realization import realization_of
 from ..protocol import JOB_FILE, JobSpec
 from ..store.discovery import walk_names
 from ..store.journal import FrameDamage
-from ..store.markers import INIT_REF, Marker
+from ..store.markers import INIT_REF, Marker, newest_per_job
 from ..store.store import JobDamage, Store
 from ..store.workspaces import WorkspaceHandle
 
@@ -58,16 +58,6 @@ def _candidates(store: Store, wanted: str) -> list[Marker]:
     ]
 
 
-def _newest_per_job(markers: Iterable[Marker]) -> dict[str, Marker]:
-    # A job renamed between two kinds during the walk can be seen twice: the higher generation is current.
-    newest: dict[str, Marker] = {}
-    for marker in markers:
-        seen = newest.get(marker.job_id)
-        if seen is None or marker.generation > seen.generation:
-            newest[marker.job_id] = marker
-    return newest
-
-
 def _describe_match(marker: Marker) -> str:
     return f"{marker.key} ({marker.kind.value} at {marker.placement})"
 
@@ -83,7 +73,7 @@ def resolve_job(handle: WorkspaceHandle, selector: str) -> Marker:
         raise SelectorError("empty job selector: give a job uuid, a tag--uuid key, or a unique prefix")
     store = handle.store
     for _ in range(_RESOLVE_SCANS):
-        jobs = _newest_per_job(_candidates(store, wanted))
+        jobs = newest_per_job(_candidates(store, wanted))
         exact = [m for m in jobs.values() if wanted in (m.job_id, str(m.key))]
         if exact:
             # A job id is unique and a key names exactly one id, so an exact match is one job.

@@ -13,15 +13,16 @@ keep the digest they pinned. Spec: 000 "precheck" (language jobs), "Runner contr
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from ..domain.model import JobKey, ValidationError, check_placement, check_tag
-from ..languages import LANGUAGES, package_dir
+from ..languages.realization import LANGUAGES, packaged_runner_dir
 from ..protocol import JOB_FILE, JobSpec
 from ..store.digests import fs_digest
-from ..store.runners import publish_runner
+from ..store.runners import publish_runner, stage_tree
 from ..store.workspaces import WorkspaceHandle
 from .submission import Submitted, check_path_lengths, job_paths, submit
 
@@ -32,26 +33,10 @@ class LanguageJobError(ValueError):
     """A language job that is refused before anything is written."""
 
 
-def stage_tree(handle: WorkspaceHandle, source: str, target: str) -> None:
-    """Copy ``source``'s regular files (links read through) into ``target``, skipping caches and dot files."""
-    fs, durable = handle.fs, handle.durable
-    pending = [("", source)]
-    while pending:
-        relative, directory = pending.pop()
-        for entry in fs.scandir(directory):
-            if entry.name == "__pycache__" or entry.name.startswith(".") or entry.name.endswith(".pyc"):
-                continue
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            if entry.is_dir and not entry.is_symlink:
-                pending.append((name, entry.path))
-            elif fs.exists(entry.path):
-                fs.write_atomic(f"{target}/{name}", fs.read_bytes(entry.path), durable=durable)
-
-
 def publish_packaged_runner(handle: WorkspaceHandle, source: str, name: str, scratch: str) -> dict[str, Any]:
     """Publish the packaged runner directory ``source`` as ``name``; returns its job.json reference."""
     tree = f"{scratch}/runner"
-    stage_tree(handle, source, tree)
+    stage_tree(handle.fs, source, tree, durable=handle.durable)
     reference = {"path": name, "sha256": fs_digest(handle.fs, tree), "source": "workspace"}
     publish_runner(handle.fs, handle.layout, tree, name, replace=True, durable=handle.durable)
     return reference
@@ -67,17 +52,23 @@ def submit_flow(
     pool: str | None = None,
     capabilities: tuple[str, ...] = (),
     priority: int = 0,
+    module_sources: Callable[[list[str]], Mapping[str, str]] | None = None,
 ) -> Submitted:
     """Submit a jobflow ``Flow`` (a ``Job`` or a list of them is wrapped) as one conductor job of ``workspace``.
 
     ``workspace`` is a :class:`~httk.workflow.workspace.Workspace` or its handle. The
     conductor runs at ``placement``, and so do the jobs it spawns, one per jobflow
     ``Job``. Refusals (a bad placement or tag, an object that is no flow) write nothing.
+
+    ``module_sources`` is given the top-level modules decoding the flow imports and
+    returns the source files (relative path -> text) of those that must travel with the
+    job (``languages.installation.local_module_sources``: the ones not installed); the
+    runner puts them on its ``sys.path`` before it decodes, in this job and its children.
     """
     from jobflow import Flow, Job
     from jobflow.core.flow import get_flow
 
-    from ..languages.jobflow_runner import encode
+    from ..languages.jobflow_codec import encode, referenced_modules
 
     handle: WorkspaceHandle = getattr(workspace, "handle", workspace)
     if not isinstance(flow, Flow | Job | list | tuple):
@@ -89,14 +80,18 @@ def submit_flow(
         if tag is not None:
             check_tag(tag)
         document = encode(flow)
+        modules = dict(module_sources(referenced_modules(document))) if module_sources else {}
     except (ValidationError, ValueError, TypeError) as error:
         raise LanguageJobError(str(error)) from None
+    if "__main__" in referenced_modules(document):
+        raise LanguageJobError("the flow's jobs are defined in __main__, which no runner can import; define them "
+                               "in a module (e.g. myflows.py) and import it")
     language = LANGUAGES["jobflow"]
     fs, durable = handle.fs, handle.durable
     key = JobKey(handle.ports.ids.new_id(), tag)
     scratch = f"{handle.layout.tmp}/new-{key.job_id}"
     payload = f"{scratch}/payload"
-    source = str(package_dir("jobflow"))
+    source = packaged_runner_dir("jobflow")
     try:
         spec_values: dict[str, Any] = {"pool": pool} if pool else {}
         spec = JobSpec(
@@ -106,7 +101,7 @@ def submit_flow(
             runner_path=language.runner_name,
             runner_sha256="0" * 64,
             initial_step="conduct",
-            inputs={"flow": document, "references": []},
+            inputs={"flow": document, "references": [], **({"modules": modules} if modules else {})},
             priority=priority,
             capabilities=capabilities,
             data_mode="transactional",

@@ -13,12 +13,12 @@ Spec: 000 "Readiness and transfer environment advisories".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..domain.lifecycle import StateKind
 from ..domain.scheduling import Requirements, mismatches
-from ..languages import LANGUAGE, LANGUAGES, missing_modules, realization_of
+from ..languages.realization import LANGUAGE, LANGUAGES, missing_modules, realization_of
 from ..store.runners import RunnerUnavailable, digest_mismatch, resolve_runner
 from ..store.store import JobDamage
 from ..store.workspaces import WorkspaceHandle
@@ -47,18 +47,20 @@ def _runner_finding(
     return {"status": "ok", "message": f"{source} runner {path!r} resolves to {candidate}"}
 
 
-def _engine_finding(spec: Any, live: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def _engine_finding(spec: Any, live: Sequence[dict[str, Any]], find: Callable[[str], Any] | None
+                    ) -> dict[str, Any] | None:
     """For a language job: whether its engine modules are installed here, else which pip extra brings them.
 
     The extras belong on the machine that runs the job, so a missing engine fails the
     report only when no live manager serves the job's executor; when one does, that
-    manager's machine may well have it, and the finding is ``indeterminate``.
+    manager's machine may well have it, and the finding is ``indeterminate``. ``find``
+    is ``Ports.find_module``; without one there is nothing to ask and no finding.
     """
     realization = realization_of(spec.runner_source, spec.runner_path)
-    if realization.kind != LANGUAGE or realization.language is None:
+    if realization.kind != LANGUAGE or realization.language is None or find is None:
         return None
     language = LANGUAGES[realization.language]
-    missing = missing_modules(language)
+    missing = missing_modules(language, find)
     if not missing:
         return {"check": "engine", "status": "ok",
                 "message": f"language job ({language.name}): its engine modules are installed here"}
@@ -115,7 +117,7 @@ def precheck(handle: WorkspaceHandle, *, uid: int, search_paths: Sequence[str] =
             runner = {"check": "runner", **_runner_finding(handle, payload, spec, search_paths, uid)}
             findings = [runner]
             failed |= runner["status"] == "broken"
-            engine = _engine_finding(spec, live)
+            engine = _engine_finding(spec, live, handle.ports.find_module)
             if engine is not None:
                 findings.append(engine)
                 failed |= engine["status"] == "broken"

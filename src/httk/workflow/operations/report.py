@@ -1,15 +1,16 @@
 """``workspace report``: the campaign dashboard's data, and publishing it as one directory.
 
 :func:`build_report` reads what the other inspection commands read — every
-marker (counts per kind and per top-level placement subtree), the journal
+marker (counts per kind and per top-level placement subtree), a bounded sample of
+job.json files (counts per realization: native, language, httk-v1), the journal
 (:mod:`.history`: throughput and time in each state), failed jobs' frames with
 ``job why``'s line for a few examples, flapping jobs, and the managers'
 manifests and heartbeats — into one JSON document (``httk-workflow-report`` v1).
 The document holds everything the page draws, so a report built on a remote
 comes back as this one document and is drawn here. :func:`publish` writes the
-page's files into a new directory beside the target and renames it into place,
-so a reader sees either the previous report or this one, never a half-written
-one. Read-only towards the workspace. Spec: docs/report.md.
+page's files into a new directory beside the target and exchanges it with the
+previous report in one step, so a reader (and a crash) finds either the previous
+report or this one, never none and never a half-written one. Read-only towards the workspace. Spec: docs/report.md.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from .. import codec
 from ..domain.lifecycle import StateKind
+from ..languages.realization import realization_of
 from ..ports import BatchSystem, Filesystem
 from ..store.markers import Marker
 from ..store.store import JobDamage
@@ -36,6 +38,8 @@ TOP_FAILURES = 10
 FAILURE_EXAMPLES = 3
 #: Flapping jobs listed at most (the count is always complete).
 FLAPPING_LISTED = 20
+#: Jobs whose job.json is read for the counts by realization at most; beyond it the counts are of a sample.
+REALIZATION_SAMPLE = 1000
 _BATCH_OUTPUT = re.compile(r"^slurm-([0-9]+(?:_[0-9]+)?)\.out$")
 #: Kinds a job can flap in (the ones ``job why`` folds the attempt history for).
 _FLAP_KINDS = {StateKind.READY, StateKind.CLAIMED, StateKind.RUNNING, StateKind.FAILED}
@@ -45,17 +49,6 @@ class ReportError(ValueError):
     """A report that cannot be published where it was asked to be; the message names the fix."""
 
 
-def _current(handle: WorkspaceHandle) -> dict[str, Marker]:
-    # A job renamed between two kinds during the walk can be seen twice: the higher generation is current.
-    newest: dict[str, Marker] = {}
-    for kind in StateKind:
-        for marker in handle.store.iter_markers(kind):
-            seen = newest.get(marker.job_id)
-            if seen is None or marker.generation > seen.generation:
-                newest[marker.job_id] = marker
-    return newest
-
-
 def _subtree(placement: str) -> str:
     return placement.split("/", 1)[0] if placement else "."
 
@@ -63,7 +56,7 @@ def _subtree(placement: str) -> str:
 def build_report(handle: WorkspaceHandle, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """The report document of ``handle``'s workspace now; ``progress(n)`` hears of each journal segment read."""
     now = handle.ports.clock.now()
-    markers = _current(handle)
+    markers = handle.store.current_markers()
     counts = {kind.value: 0 for kind in StateKind}
     subtrees: dict[str, Counter[str]] = defaultdict(Counter)
     for marker in markers.values():
@@ -80,6 +73,7 @@ def build_report(handle: WorkspaceHandle, progress: Callable[[int], None] | None
         "total": sum(counts.values()),
         "placements": [{"subtree": name, "total": sum(kinds.values()), "counts": dict(sorted(kinds.items()))}
                        for name, kinds in sorted(subtrees.items())],
+        "realizations": _realizations(handle, markers),
         "history": past.describe(),
         "throughput": history.throughput(past.frames, until=now),
         "time_in_state": history.time_in_state(past),
@@ -88,6 +82,34 @@ def build_report(handle: WorkspaceHandle, progress: Callable[[int], None] | None
         "managers": [_manager(manager) for manager in managers],
         "batch": {"remote": None, "batch_system": None, "note": None,
                   "jobs": [{"job_id": job_id, "state": None, "finished": None} for job_id in batch_job_ids(handle)]},
+    }
+
+
+def _realizations(handle: WorkspaceHandle, markers: Mapping[str, Marker]) -> dict[str, Any]:
+    """Jobs per realization (native, language, httk-v1) and state, from the job.json of at most
+    :data:`REALIZATION_SAMPLE` jobs.
+
+    The markers say no realization, so each counted job's definition is read. The sample is
+    the jobs with the lowest job ids: the ids are random, so a sample of a larger workspace
+    is an unbiased one, and the same from one report to the next. An unreadable job.json is
+    counted as ``unreadable``.
+    """
+    sample = [markers[job_id] for job_id in sorted(markers)[:REALIZATION_SAMPLE]]
+    rows: dict[tuple[str, str | None], Counter[str]] = defaultdict(Counter)
+    for marker in sample:
+        try:
+            spec = handle.store.read_spec(marker)
+        except JobDamage:
+            rows[("unreadable", None)][marker.kind.value] += 1
+            continue
+        realization = realization_of(spec.runner_source, spec.runner_path)
+        rows[(realization.kind, realization.language)][marker.kind.value] += 1
+    return {
+        "jobs_read": len(sample),
+        "complete": len(sample) == len(markers),
+        "rows": [{"realization": kind, "language": language, "total": sum(kinds.values()),
+                  "counts": dict(sorted(kinds.items()))}
+                 for (kind, language), kinds in sorted(rows.items(), key=lambda item: (item[0][0], item[0][1] or ""))],
     }
 
 
@@ -196,36 +218,74 @@ def check_target(fs: Filesystem, out_dir: str) -> None:
                           "replaces its directory whole, so name a new or empty directory")
 
 
+#: A staging sibling untouched this long is a crashed publisher's; a younger one may be a live publisher's.
+STALE_SECONDS = 600.0
+#: How often :func:`publish` retries when another publisher moves the output directory under it.
+_PLACE_ATTEMPTS = 5
+
+
 def publish(
     fs: Filesystem, out_dir: str, files: Mapping[str, bytes], *, token: str, durable: bool
 ) -> str:
-    """Write ``files`` into a new directory beside ``out_dir`` and rename it into place; returns ``out_dir``.
+    """Write ``files`` into a new directory beside ``out_dir`` and swap it into place; returns ``out_dir``.
 
-    The earlier report, if any, is renamed aside first and removed after, so the
-    directory a reader opens always holds one complete report (between the two
-    renames there is, for an instant, none).
+    The new directory is written and synced, then exchanged with the earlier report
+    in one atomic step (a no-replace rename when there is none), the parent synced,
+    and the earlier report, now under the staging name, removed. So ``out_dir`` is
+    always one whole report, the old or the new one, even across a crash; staging
+    siblings a crashed publisher left (``.NAME.new-*``, ``.NAME.old-*``) are removed
+    by the next publication once :data:`STALE_SECONDS` old.
     """
     check_target(fs, out_dir)
     parent, name = posixpath.split(out_dir.rstrip("/"))
+    out_dir = posixpath.join(parent, name)
     fresh = posixpath.join(parent, f".{name}.new-{token}")
-    old = posixpath.join(parent, f".{name}.old-{token}")
     fs.makedirs(fresh, durable=durable)
     try:
+        sweep_leftovers(fs, out_dir, keep=fresh)
         for relative, data in files.items():
             fs.write_atomic(posixpath.join(fresh, relative), data, durable=durable)
-        replaced = fs.lstat(out_dir) is not None
-        if replaced:
-            fs.rename(out_dir, old, durable=durable)
+        if durable:
+            fs.sync_tree(fresh)
+        _put_in_place(fs, fresh, out_dir, durable=durable)
     except BaseException:
         fs.rmtree(fresh)
         raise
-    try:
-        fs.rename(fresh, out_dir, durable=durable)
-    except BaseException:
-        if replaced:  # put the earlier report back: a failed publication changes nothing
-            fs.rename(old, out_dir, durable=durable)
-        fs.rmtree(fresh)
-        raise
-    if replaced:
-        fs.rmtree(old)
+    fs.rmtree(fresh)  # the earlier report, if there was one, is under this name now
     return out_dir
+
+
+def _put_in_place(fs: Filesystem, fresh: str, out_dir: str, *, durable: bool) -> None:
+    """Move ``fresh`` to ``out_dir``: exchange with what is there, else a no-replace rename."""
+    for _ in range(_PLACE_ATTEMPTS):
+        if fs.lstat(out_dir) is None:
+            try:
+                fs.rename(fresh, out_dir, durable=durable)
+                return
+            except FileExistsError:
+                continue  # another publisher placed its report first: exchange with that one
+        try:
+            fs.exchange(fresh, out_dir, durable=durable)
+            return
+        except FileNotFoundError:
+            if fs.lstat(fresh) is None:
+                raise
+    raise ReportError(f"--out {out_dir}: kept changing while this report was put in place; publish again")
+
+
+def sweep_leftovers(fs: Filesystem, out_dir: str, *, keep: str) -> list[str]:
+    """Remove ``out_dir``'s staging siblings older than :data:`STALE_SECONDS` (by ``keep``'s mtime); returns them."""
+    parent, name = posixpath.split(out_dir)
+    own = fs.lstat(keep)
+    if own is None:
+        return []
+    prefixes = (f".{name}.new-", f".{name}.old-")
+    removed = []
+    for entry in list(fs.scandir(parent)):
+        if not entry.name.startswith(prefixes) or entry.path == keep:
+            continue
+        info = fs.lstat(entry.path)
+        if info is not None and own.mtime - info.mtime >= STALE_SECONDS:
+            fs.rmtree(entry.path)
+            removed.append(entry.path)
+    return removed

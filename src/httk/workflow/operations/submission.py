@@ -27,8 +27,9 @@ import attrs
 from .. import codec
 from ..domain.lifecycle import StateKind
 from ..domain.model import JobKey, ValidationError, check_placement, check_tag
-from ..ports import Filesystem
-from ..protocol import JOB_FILE, JobSpec, parse_job_bytes
+from ..ports import Filesystem, walk_tree
+from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec, parse_job_bytes
+from ..store.digests import fs_digest
 from ..store.job_ids import JobIdTaken, Reservation, check_job_id, job_id_traces, release_job_id, reserve_job_id
 from ..store.markers import Marker
 from ..store.runners import RunnerUnavailable, digest_mismatch, object_path, resolve_runner
@@ -110,6 +111,10 @@ def submit(
         # The id first: from here on no other job, at any placement, can take it.
         reserved = reserve_job_id(fs, workspace.layout, reservation, durable=durable)
         if move:
+            if durable:
+                # The payload may never have been synced: the rename would move unsynced data
+                # under a marker that survives a crash the data does not.
+                fs.sync_tree(source)
             fs.rename(source, destination, durable=durable)
         else:
             fs.rmtree(staging)
@@ -136,7 +141,7 @@ def plan_submission(
     tag: str | None = None,
     job_id: str | None = None,
     allow_missing_runner: bool = False,
-    runner_check: Callable[[JobSpec], str | None] | None = None,
+    runner_check: Callable[[JobSpec, str], str | None] | None = None,
 ) -> Planned:
     """Everything that can be known before the first write, checked; :class:`SubmissionError` if refused.
 
@@ -177,9 +182,9 @@ def plan_submission(
     if move:
         _check_same_filesystem(fs, source, destination, workspace.root)
     if runner_check is None:
-        warning = check_runner(workspace, spec, allow_missing=allow_missing_runner)
+        warning = check_runner(workspace, spec, allow_missing=allow_missing_runner, payload=source)
     else:
-        warning = runner_check(spec)
+        warning = runner_check(spec, source)
     return Planned(source, placement, key, spec, destination, staging, warning)
 
 
@@ -234,14 +239,7 @@ def job_paths(
 
 def _payload_files(fs: Filesystem, source: str) -> Iterator[str]:
     """Every name below ``source``, relative to it (symlinks are not followed)."""
-    pending = [""]
-    while pending:
-        relative = pending.pop()
-        for entry in fs.scandir(f"{source}/{relative}" if relative else source):
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            yield name
-            if entry.is_dir and not entry.is_symlink:
-                pending.append(name)
+    return (name for name, _entry in walk_tree(fs, source))
 
 
 def _size(text: str) -> int:
@@ -310,7 +308,26 @@ def _cross_device(source: str, root: str) -> str:
     )
 
 
-def check_runner(workspace: WorkspaceHandle, spec: JobSpec, *, allow_missing: bool) -> str | None:
+def _publish_command(fs: Filesystem, payload: str | None, spec: JobSpec, root: str, *, replace: bool = False) -> str:
+    """The command that publishes the runner ``spec`` pins: from the payload's file of that digest when there is one.
+
+    The runner's name in the store says nothing about the file a user has: a job that
+    pins ``run.sh`` may have been made from ``trivial.sh``. So the source is a real file
+    (found by its digest), or a placeholder said to be the file with that digest.
+    """
+    tail = f"--workspace {root} --name {spec.runner_path}{' --replace' if replace else ''}"
+    if payload is not None and spec.runner_sha256:
+        for relative, entry in walk_tree(fs, payload, keep=lambda path, _entry: path != PRIVATE_DIR):
+            if entry.is_file and not entry.is_symlink and relative != JOB_FILE:
+                path = f"{payload}/{relative}"
+                if fs_digest(fs, path) == spec.runner_sha256:
+                    return f"'httk workflow runner publish {path} {tail}'"
+    return f"'httk workflow runner publish FILE {tail}' (FILE: the runner with that sha256)"
+
+
+def check_runner(
+    workspace: WorkspaceHandle, spec: JobSpec, *, allow_missing: bool, payload: str | None = None
+) -> str | None:
     """Refuse a job whose workspace runner the manager would refuse at attempt start.
 
     The manager's own rule decides (:func:`.runners.resolve_runner`, then
@@ -318,18 +335,20 @@ def check_runner(workspace: WorkspaceHandle, spec: JobSpec, *, allow_missing: bo
     or with ``allow_missing`` accepted with the returned warning, since it can still
     be published before the job runs; one that resolves to other bytes is always
     refused, naming both digests. Payload and installed runners are checked by
-    ``precheck`` and at attempt start: their files are not the workspace's.
+    ``precheck`` and at attempt start: their files are not the workspace's. The
+    publish command a refusal suggests names ``payload``'s file of the pinned digest
+    when it has one.
     """
     if spec.runner_source != "workspace":
         return None
     fs, root, name = workspace.fs, workspace.root, spec.runner_path
-    publish = f"'httk workflow runner publish ./{posixpath.basename(name)} --workspace {root} --name {name}'"
     owner = fs.lstat(root)
     try:
         # The account only matters to payload runners; the workspace's owner stands in.
         found = resolve_runner(fs, workspace.layout, root, spec, (), uid=owner.uid if owner else -1)
     except RunnerUnavailable:
         problem = f"job.json pins workspace runner {name!r} (sha256 {spec.runner_sha256}), which {root} lacks"
+        publish = _publish_command(fs, payload, spec, root)  # only on refusal: it may hash the payload's files
         if allow_missing:
             return f"{problem}; publish it with {publish} before the job runs, or it fails with runner_unavailable"
         raise SubmissionError(f"{problem}; publish it with {publish}, or submit with --allow-missing-runner") from None
@@ -339,9 +358,11 @@ def check_runner(workspace: WorkspaceHandle, spec: JobSpec, *, allow_missing: bo
     actual = mismatch.details["actual"]
     if found == object_path(workspace.layout, spec.runner_sha256 or "", name):
         # Publishing never rewrites an existing object: the damaged one must go first.
-        fix = f"remove {posixpath.dirname(found)}, then publish the runner again with {publish}"
+        fix = (f"remove {posixpath.dirname(found)}, then publish the runner again with "
+               f"{_publish_command(fs, payload, spec, root)}")
     else:
-        fix = f"publish the pinned bytes with {publish[:-1]} --replace', or prepare the payload against sha256 {actual}"
+        fix = (f"publish the pinned bytes with {_publish_command(fs, payload, spec, root, replace=True)}, "
+               f"or prepare the payload against sha256 {actual}")
     raise SubmissionError(
         f"job.json pins workspace runner {name!r} at sha256 {spec.runner_sha256}, but {root} resolves it to "
         f"{found} with sha256 {actual} (runner_mismatch at attempt start); {fix}"

@@ -74,7 +74,7 @@ class SourceSide(TransferSide):
             chosen_kinds = tuple(StateKind(kind) for kind in kinds) or STOPPED_KINDS
         except (ValidationError, ValueError) as error:
             raise TransferError(str(error)) from None
-        current = self._newest_markers()
+        current = self.store.current_markers()
         finished: list[str] = []
         if jobs:
             wanted: dict[str, Marker] = {}
@@ -100,11 +100,19 @@ class SourceSide(TransferSide):
         selected, skipped = self._check(wanted, current, strict=bool(jobs))
         runners = {(job["runner"]["path"], job["runner"]["sha256"]) for job in selected
                    if job["runner"]["source"] == "workspace"}
+        # Jobs that could travel but the default kinds left out: the user is told how to include them.
+        unselected: dict[str, int] = {}
+        if not jobs and not kinds:
+            for marker in current.values():
+                if (marker.kind in TRANSFERABLE_KINDS and marker.kind not in chosen_kinds
+                        and (not prefixes or placement_matches(marker.placement, prefixes))):
+                    unselected[marker.kind.value] = unselected.get(marker.kind.value, 0) + 1
         return {
             "source": self.identity(),
             "jobs": selected,
             "finished": sorted(set(finished)),
             "skipped": skipped,
+            "unselected": dict(sorted(unselected.items())),
             "runners": [{"name": name, "sha256": sha256} for name, sha256 in sorted(runners)],
         }
 
@@ -120,15 +128,6 @@ class SourceSide(TransferSide):
                 if str(job["job_key"]).startswith(wanted) or str(job["job_id"]).startswith(wanted):
                     found = transfer_id  # the newest ledger sorts last only by chance: any will do
         return found
-
-    def _newest_markers(self) -> dict[str, Marker]:
-        newest: dict[str, Marker] = {}
-        for kind in StateKind:
-            for marker in self.store.iter_markers(kind):
-                seen = newest.get(marker.job_id)
-                if seen is None or marker.generation > seen.generation:
-                    newest[marker.job_id] = marker
-        return newest
 
     def _check(
         self, wanted: dict[str, Marker], current: dict[str, Marker], *, strict: bool

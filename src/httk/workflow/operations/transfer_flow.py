@@ -208,7 +208,7 @@ class Transfer:
     ) -> dict[str, Any]:
         """Finish the unfinished transfers to this destination, then (unless ``resume_only``) start a new one."""
         report: dict[str, Any] = {"source": self.src.label, "destination": self.dst.label, "transfers": [],
-                                  "skipped": [], "environment": [], "warnings": self.warnings}
+                                  "skipped": [], "unselected": {}, "environment": [], "warnings": self.warnings}
         destination = self._probe()
         if strict and destination is None:
             raise TransferError(f"{self.warnings[-1]}; --strict-environment needs its settings: nothing moved")
@@ -235,6 +235,8 @@ class Transfer:
         selection = self.src.call(SOURCE, "select", {"jobs": remaining, "placement": placement,
                                                      "kinds": list(kinds)})
         report["skipped"] = selection["skipped"]
+        # A source of an older version does not count them.
+        report["unselected"] = selection.get("unselected") or {}
         done = {item["transfer_id"] for item in report["transfers"]}
         for transfer_id in selection.get("finished") or ():
             if transfer_id not in done:

@@ -18,7 +18,7 @@ import posixpath
 import attrs
 
 from ..domain.model import ValidationError, check_placement, check_step
-from ..languages import V1_RUNNER_NAME, package_dir
+from ..languages.realization import V1_RUNNER_NAME, packaged_runner_dir
 from ..languages.v1_format import ENDED, TaskName, V1FormatError, parse_task_name, tag_for, task_job_spec
 from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec
 from ..store.workspaces import WorkspaceHandle
@@ -94,7 +94,7 @@ def convert(
     scratch = f"{handle.layout.tmp}/v1-{job_id}"
     target = output if output is not None else f"{scratch}/payload"
     try:
-        reference = publish_packaged_runner(handle, str(package_dir("httk_v1")), V1_RUNNER_NAME, scratch)
+        reference = publish_packaged_runner(handle, packaged_runner_dir("httk_v1"), V1_RUNNER_NAME, scratch)
         spec = task_job_spec(task, reference, source=source, pool=pool)
         fs.copy_tree(source, target, durable=durable)
         fs.write_atomic(f"{target}/{JOB_FILE}", spec.to_bytes(), durable=durable)

@@ -35,12 +35,13 @@ from typing import Any
 import attrs
 
 from .. import codec
+from ..attempt_records import RunnerDescription
 from ..domain.model import JobKey, ValidationError, check_placement, check_tag
 from ..engine.attempts import LaunchSettings, command_for
 from ..ports import Filesystem, ProcessControl
 from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec
 from ..store.digests import fs_digest
-from ..store.runners import check_runner_name, object_path, publish_runner
+from ..store.runners import check_runner_name, object_path, publish_runner, stage_tree
 from ..store.workspaces import WorkspaceHandle
 from .submission import Submitted, check_path_lengths, job_paths, submit
 
@@ -321,7 +322,7 @@ def _entry_point(fs: Filesystem, directory: str) -> str | None:
 def describe(
     handle: WorkspaceHandle, workflow: Workflow, process: ProcessControl, launch: LaunchSettings,
     *, timeout: float = DESCRIBE_TIMEOUT,
-) -> dict[str, Any]:
+) -> RunnerDescription:
     """The runner's own ``httk-workflow-runner-description`` (its steps), run with ``HTTK_WORKFLOW_DESCRIBE=1``.
 
     The runner starts in a scratch directory below the workspace's ``tmp/``,
@@ -357,10 +358,11 @@ def describe(
         raise WorkflowError(f"workflow {workflow.name!r}: {error}") from None
     finally:
         fs.rmtree(scratch)
-    steps = document.get("steps")
-    if document.get("format") != "httk-workflow-runner-description" or not isinstance(steps, list):
-        raise WorkflowError(f"workflow {workflow.name!r}: {entry} --describe printed no runner description")
-    return document
+    try:
+        return codec.structure(document, RunnerDescription, f"{entry} --describe")
+    except codec.DocumentError as error:
+        raise WorkflowError(f"workflow {workflow.name!r}: {entry} --describe printed no runner description "
+                            f"({error})") from None
 
 
 # -- job new -------------------------------------------------------------------------------------------
@@ -394,10 +396,7 @@ def _type_mismatch(kind: str, value: Any) -> str | None:
 
 def _value(spec: InputSpec, text: str) -> Any:
     """An input value from its command-line text: JSON when it parses, else the text (a string input: the text)."""
-    try:
-        value = codec.decode(text.encode("utf-8"), f"--input {spec.name}")
-    except codec.DocumentError:
-        value = text
+    value = codec.json_or_text(text)
     if spec.type == "string" and not isinstance(value, str):
         value = text
     mismatch = _type_mismatch(spec.type, value)
@@ -476,22 +475,6 @@ def _missing_settings(handle: WorkspaceHandle, workflow: Workflow) -> list[str]:
     return out
 
 
-def _stage_shipped(handle: WorkspaceHandle, workflow: Workflow, target: str) -> None:
-    """Copy the shipped directory's regular files (links read through) into ``target``, skipping caches."""
-    fs, durable = handle.fs, handle.durable
-    pending = [("", workflow.location)]
-    while pending:
-        relative, directory = pending.pop()
-        for entry in fs.scandir(directory):
-            if entry.name == "__pycache__" or entry.name.startswith(".") or entry.name.endswith(".pyc"):
-                continue
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            if entry.is_dir and not entry.is_symlink:
-                pending.append((name, entry.path))
-            elif fs.exists(entry.path):
-                fs.write_atomic(f"{target}/{name}", fs.read_bytes(entry.path), durable=durable)
-
-
 def new_job(
     handle: WorkspaceHandle,
     catalog: Catalog,
@@ -526,7 +509,7 @@ def new_job(
     try:
         reference = dict(workflow.reference) if workflow.reference is not None else None
         if reference is None:
-            _stage_shipped(handle, workflow, runner_tree)
+            stage_tree(fs, workflow.location, runner_tree, durable=durable)
             reference = {"path": f"{SHIPPED_PREFIX}/{workflow.name}", "sha256": fs_digest(fs, runner_tree),
                          "source": "workspace"}
         digests: dict[str, str] = {}

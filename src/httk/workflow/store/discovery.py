@@ -166,6 +166,11 @@ class KindCursor:
         self._roots = deque()
         self._walks = {}
 
+    @property
+    def names_held(self) -> int:
+        """How many parsed marker names this cursor keeps between passes (bounded by PARSED_NAMES_KEPT)."""
+        return len(self._parsed)
+
 
 class Discovery:
     """Per-kind cursors of one manager."""
@@ -185,6 +190,10 @@ class Discovery:
 
     def reset(self, kind: StateKind) -> None:
         self._cursors[kind].reset()
+
+    def names_held(self, kind: StateKind) -> int:
+        """How many parsed marker names the cursor of ``kind`` keeps: what a manager's memory holds per kind."""
+        return self._cursors[kind].names_held
 
 
 def marker_name_problem(kind: StateKind, placement: str, name: str) -> str | None:

@@ -23,12 +23,13 @@ Spec: docs/workflow_filesystem_api.md "Job ids".
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
 from .. import codec
+from ..domain.model import OMIT_WHEN_NONE, UUID_PATTERN
 from ..ports import Filesystem, unreadable
 from ..protocol import PRIVATE_DIR
 from .layout import Layout
@@ -44,12 +45,14 @@ _PARENT_IDENTITY = ("job_id", "attempt_id", "label")
 class Reservation:
     """What a reservation says: the job holding the id, and the attempt that spawned it, if any."""
 
+    FORMAT: ClassVar[codec.Format] = codec.Format(FORMAT)
+
     job_id: str
     job_key: str
     placement: str
     origin: str = "submission"
     #: A spawned child's ``.httk-job/parent.json`` record (``job_id``, ``job_key``, ``attempt_id``, ``label``...).
-    parent: Mapping[str, Any] | None = attrs.field(default=None, eq=False, hash=False)
+    parent: dict[str, Any] | None = attrs.field(default=None, eq=False, hash=False, metadata={OMIT_WHEN_NONE: True})
 
     def same_job(self, other: Reservation) -> bool:
         """Whether ``other`` names this very job: same key and placement, spawned by the same attempt (or neither)."""
@@ -65,22 +68,13 @@ class Reservation:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        document: dict[str, Any] = {"format": FORMAT, "format_version": 1, "job_id": self.job_id,
-                                    "job_key": self.job_key, "placement": self.placement, "origin": self.origin}
-        if self.parent is not None:
-            document["parent"] = dict(self.parent)
-        return document
+        """The reservation document (``httk-workflow-job-id`` v1), through the one converter."""
+        return codec.unstructure(self)
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any], path: str) -> Reservation:
-        if document.get("format") != FORMAT or document.get("format_version") != 1:
-            raise codec.DocumentError(f"{path}: not an {FORMAT} version 1 document")
-        values = [document.get(name) for name in ("job_id", "job_key", "placement", "origin")]
-        parent = document.get("parent")
-        if not all(isinstance(value, str) for value in values) or not (parent is None or isinstance(parent, dict)):
-            raise codec.DocumentError(f"{path}: job_id, job_key, placement and origin must be strings")
-        job_id, job_key, placement, origin = values
-        return cls(job_id, job_key, placement, origin, parent)
+        """Read a reservation document; a malformed one raises :class:`~.codec.DocumentError` naming the member."""
+        return codec.structure(dict(document), cls, path)
 
 
 def _parent_identity(parent: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
@@ -260,3 +254,34 @@ def reservation_of(fs: Filesystem, layout: Layout, job_id: str, job_key: str, pl
     except (OSError, codec.DocumentError):
         parent = None
     return Reservation(job_id, job_key, placement, "fsck", parent=parent)
+
+
+def iter_reservations(fs: Filesystem, layout: Layout) -> Iterator[tuple[str, float]]:
+    """``(job_id, mtime)`` of every reservation: the id buckets' regular files named by a job id.
+
+    A bucket also holds the hidden temps of a reservation being written (``.<id>.bulk``,
+    ``.<id>.tmp.<hex>``, which a crash can leave behind): those are no job, and are
+    what :func:`reservation_temps` lists.
+    """
+    for bucket in fs.scandir(layout.ids):
+        for entry in fs.scandir(bucket.path):
+            if UUID_PATTERN.match(entry.name) and entry.name.startswith(bucket.name):
+                info = fs.lstat(entry.path)
+                if info is not None and info.is_file:
+                    yield entry.name, info.mtime
+
+
+def reservation_temps(fs: Filesystem, layout: Layout, older_than: float) -> list[str]:
+    """The hidden temps in the id buckets last written before ``older_than``: left by an interrupted reservation.
+
+    A younger one may belong to a creation still under way, which renames it into
+    place (or removes it) within moments; such a temp is not listed.
+    """
+    temps = []
+    for bucket in fs.scandir(layout.ids):
+        for entry in fs.scandir(bucket.path):
+            if entry.name.startswith(".") and not entry.is_dir:
+                info = fs.lstat(entry.path)
+                if info is not None and info.mtime < older_than:
+                    temps.append(entry.path)
+    return sorted(temps)

@@ -7,6 +7,8 @@ trailing fields never do. Spec: docs/workflow_filesystem_api.md "Markers".
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 from ..domain.lifecycle import StateKind
@@ -79,3 +81,16 @@ class Marker:
         except (ValueError, ValidationError):
             raise MarkerNameError(f"unparseable marker name {name[:200]!r}") from None
         return cls(StateKind(kind), placement, key, priority, generation, ref)
+
+
+def newest_per_job(markers: Iterable[Marker]) -> dict[str, Marker]:
+    """The current marker of each job among ``markers``, by job id.
+
+    A job renamed between two kinds during a walk can be seen twice: the higher generation is current.
+    """
+    newest: dict[str, Marker] = {}
+    for marker in markers:
+        seen = newest.get(marker.job_id)
+        if seen is None or marker.generation > seen.generation:
+            newest[marker.job_id] = marker
+    return newest

@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import codec
 from ..domain.model import Failure, control_character
-from ..ports import FileStat, Filesystem
+from ..ports import Entry, FileStat, Filesystem, walk_tree
 from ..protocol import JobSpec
 from .digests import fs_digest
 from .layout import Layout
@@ -54,6 +54,21 @@ def check_runner_name(name: str) -> str:
 
 def object_path(layout: Layout, sha256: str, name: str) -> str:
     return f"{layout.runners}/objects/{sha256}/{posixpath.basename(name)}"
+
+
+def stage_tree(fs: Filesystem, source: str, target: str, *, durable: bool = True) -> None:
+    """Copy ``source``'s regular files (links read through) into ``target``, skipping caches and dot files.
+
+    A runner directory is published from this staged copy, so its digest never depends on
+    ``__pycache__`` or editor files that happen to sit in the source.
+    """
+    for name, entry in walk_tree(fs, source, _not_cache):
+        if (not entry.is_dir or entry.is_symlink) and fs.exists(entry.path):
+            fs.write_atomic(f"{target}/{name}", fs.read_bytes(entry.path), durable=durable)
+
+
+def _not_cache(_name: str, entry: Entry) -> bool:
+    return not (entry.name == "__pycache__" or entry.name.startswith(".") or entry.name.endswith(".pyc"))
 
 
 def publish_runner(

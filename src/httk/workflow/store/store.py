@@ -25,7 +25,7 @@ from ..ports import Clock, Filesystem, unreadable
 from ..protocol import JOB_FILE, JobSpec, parse_job_bytes
 from .journal import FrameDamage, JournalReader, JournalWriter
 from .layout import Layout
-from .markers import INIT_REF, Marker, MarkerNameError
+from .markers import INIT_REF, Marker, MarkerNameError, newest_per_job
 
 
 class LostRace(Exception):
@@ -258,6 +258,10 @@ class Store:
         for root in roots:
             start = f"{base}/{root}" if root else base
             yield from self._walk(kind, start, root, prefixes, on_damage)
+
+    def current_markers(self) -> dict[str, Marker]:
+        """Every job's current marker, by job id, from one walk of every kind."""
+        return newest_per_job(marker for kind in StateKind for marker in self.iter_markers(kind))
 
     def _walk(
         self,

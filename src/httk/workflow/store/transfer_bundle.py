@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import codec
 from ..domain.model import control_character
-from ..ports import Filesystem
+from ..ports import Entry, Filesystem, walk_tree
 from .layout import Layout
 
 BUNDLE_FORMAT = "httk-workflow-transfer-bundle"
@@ -71,24 +71,16 @@ def file_digest(fs: Filesystem, path: str) -> tuple[int, str]:
 def listing(fs: Filesystem, root: str) -> list[dict[str, Any]]:
     """Every entry below ``root`` (links not followed) as manifest entries, sorted by path."""
     out: list[dict[str, Any]] = []
-    pending = [""]
-    while pending:
-        relative = pending.pop()
-        directory = f"{root}/{relative}" if relative else root
-        for entry in fs.scandir(directory):
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            if name == MANIFEST:
-                continue
-            if entry.is_symlink:
-                out.append({"path": name, "type": "link", "target": fs.readlink(entry.path)})
-            elif entry.is_dir:
-                out.append({"path": name, "type": "dir"})
-                pending.append(name)
-            else:
-                info = fs.lstat(entry.path)
-                size, sha256 = file_digest(fs, entry.path)
-                executable = bool(info is not None and info.mode & 0o111)
-                out.append({"path": name, "type": "file", "size": size, "sha256": sha256, "executable": executable})
+    for name, entry in walk_tree(fs, root, _not_manifest):
+        if entry.is_symlink:
+            out.append({"path": name, "type": "link", "target": fs.readlink(entry.path)})
+        elif entry.is_dir:
+            out.append({"path": name, "type": "dir"})
+        else:
+            info = fs.lstat(entry.path)
+            size, sha256 = file_digest(fs, entry.path)
+            executable = bool(info is not None and info.mode & 0o111)
+            out.append({"path": name, "type": "file", "size": size, "sha256": sha256, "executable": executable})
     return sorted(out, key=lambda item: item["path"])
 
 
@@ -233,16 +225,11 @@ def verify(fs: Filesystem, directory: str, manifest: Mapping[str, Any]) -> list[
 
 def listing_names(fs: Filesystem, root: str) -> Iterable[str]:
     """The relative names below ``root`` (links not followed), the manifest itself excluded."""
-    pending = [""]
-    while pending:
-        relative = pending.pop()
-        for entry in fs.scandir(f"{root}/{relative}" if relative else root):
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            if name == MANIFEST:
-                continue
-            yield name
-            if entry.is_dir and not entry.is_symlink:
-                pending.append(name)
+    return (name for name, _entry in walk_tree(fs, root, _not_manifest))
+
+
+def _not_manifest(name: str, _entry: Entry) -> bool:
+    return name != MANIFEST
 
 
 def read_frames(fs: Filesystem, directory: str, job_id: str) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ Spec: 000 "Initialize a workspace", "Workspace policy", "Application settings".
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
@@ -16,6 +17,7 @@ import attrs
 
 from .. import codec
 from ..domain.lifecycle import StateKind
+from ..domain.model import ValidationError, check_tag
 from ..ports import BatchSystemError, Clock, Filesystem, Ids, UnreadableDocument, unreadable
 from . import policy as policy_rules
 from .layout import Layout
@@ -57,6 +59,9 @@ class Ports:
     #: Judges a setting an installed batch system owns (``slurm.*``) when it is written, raising
     #: ``BatchSystemError``; the composition root supplies it, since services never see an adapter.
     check_setting: Callable[[str, Any], None] | None = None
+    #: Whether this interpreter can import a top-level module (a spec, else ``None``; nothing is
+    #: imported): the language checks ask it. ``None``: nothing to ask, and they say they cannot tell.
+    find_module: Callable[[str], Any] | None = None
 
 
 class WorkspaceHandle:
@@ -147,6 +152,30 @@ class WorkspaceHandle:
         return True
 
 
+def suggest_tag(text: str) -> str:
+    """A valid tag close to ``text`` (lower-cased, other characters as '-'), for a refusal's hint."""
+    tag = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9._-]", "-", text.lower())).strip("-._")[:48]
+    return tag or "runs"
+
+
+def workspace_name(root: str, name: str | None) -> str:
+    """The name a new workspace at ``root`` gets, checked before anything is written.
+
+    Without ``name`` it is the directory's basename, which need not be a valid tag
+    (``Runs``); the refusal then names ``--name NAME`` as the fix.
+    """
+    chosen = name or posixpath.basename(root)
+    try:
+        return check_tag(chosen, "workspace name")
+    except ValidationError as error:
+        if name is not None:
+            raise WorkspaceError(str(error)) from None
+        raise WorkspaceError(
+            f"{error}; the name defaults to the directory's basename: give --name NAME "
+            f"(e.g. --name {suggest_tag(chosen)})"
+        ) from None
+
+
 class WorkspaceService:
     """Creates and attaches workspaces through the ports."""
 
@@ -162,9 +191,10 @@ class WorkspaceService:
         info = fs.lstat(layout.root)
         if info is not None and not info.is_dir:
             raise WorkspaceError(f"{layout.root}: exists and is not a directory; choose another path")
+        chosen = workspace_name(layout.root, name)
         document = codec.unstructure(WorkspaceDocument(
             workspace_id=self.ports.ids.new_id(),
-            name=name or posixpath.basename(layout.root),
+            name=chosen,
             durable=durable,
             created_at=self.ports.clock.now(),
             policy=policy_rules.validate_policy({}),

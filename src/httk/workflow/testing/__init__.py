@@ -19,6 +19,7 @@ returns for each launch (:func:`outcome_document` builds ``outcome.json``).
 
 from __future__ import annotations
 
+from ..languages.installation import find_module
 from ..store.workspaces import Ports
 from .clock import FakeClock
 from .ids import SequentialIds
@@ -67,4 +68,5 @@ __all__ = [
 def memory_ports(*, clock: FakeClock | None = None, uid: int = 1000) -> Ports:
     """Ports over a fresh in-memory filesystem, a fake clock and sequential ids."""
     chosen = clock or FakeClock()
-    return Ports(fs=InMemoryFilesystem(clock=chosen, uid=uid), clock=chosen, ids=SequentialIds())
+    return Ports(fs=InMemoryFilesystem(clock=chosen, uid=uid), clock=chosen, ids=SequentialIds(),
+                 find_module=find_module)

@@ -446,6 +446,33 @@ class InMemoryFilesystem:
             if destination_parent is not source_parent:
                 self._fsync_dir_inode(source_parent)
 
+    def exchange(self, first: str, second: str, *, durable: bool) -> None:
+        """Swap two existing names in one step; unsynced, a crash undoes it like a rename."""
+        first_parent, first_name, first_node = self._resolve(first, follow=False)
+        second_parent, second_name, second_node = self._resolve(second, follow=False)
+        if first_node is None or second_node is None:
+            raise _error(errno.ENOENT, first if first_node is None else second, second)
+        if first_parent is None or second_parent is None:
+            raise _error(errno.EBUSY, first, second)
+        if first_node is second_node:
+            return
+        for node, parent in ((first_node, second_parent), (second_node, first_parent)):
+            if node.kind == _DIR and self._contains(node, parent):
+                raise _error(errno.EINVAL, first, second)
+        self._state.operation("exchange")
+        self._link(first_parent, first_name, second_node)
+        self._link(second_parent, second_name, first_node)
+        if first_parent is not second_parent:
+            # Two crossing moves, one transaction: syncing either directory keeps both.
+            self._state.pending_renames.append((first_parent, first_name, second_parent, second_name,
+                                                first_node.number))
+            self._state.pending_renames.append((second_parent, second_name, first_parent, first_name,
+                                                second_node.number))
+        if durable:
+            self._fsync_dir_inode(first_parent)
+            if second_parent is not first_parent:
+                self._fsync_dir_inode(second_parent)
+
     def open_appender(self, path: str, *, create: bool = True) -> _MemoryAppender:
         """Open ``path`` for appending (creating it and its parents when ``create``)."""
         try:

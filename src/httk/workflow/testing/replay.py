@@ -16,12 +16,12 @@ once, save :meth:`RecordingTransport.document`, and the contract suite
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ..ports import CommandResult, RemoteTransport, TransportError
+from ..ports import CommandResult, OutputSink, RemoteTransport, TransportError
 
 REPLAY_FORMAT = "httk-workflow-replay"
 
@@ -87,14 +87,7 @@ class ReplayTransport:
         exchange = self._next(argv, input)
         return CommandResult(exchange.returncode, exchange.stdout, exchange.stderr)
 
-    def stream(
-        self,
-        argv: Sequence[str],
-        *,
-        out: Callable[[bytes], None],
-        err: Callable[[bytes], None],
-        timeout: float | None = None,
-    ) -> int:
+    def stream(self, argv: Sequence[str], *, out: OutputSink, err: OutputSink, timeout: float | None = None) -> int:
         exchange = self._next(argv, None)
         if exchange.stdout:
             out(exchange.stdout.encode())
@@ -149,18 +142,11 @@ class RecordingTransport:
         self.exchanges.append(Exchange(words, result.returncode, result.stdout, result.stderr, input))
         return result
 
-    def stream(
-        self,
-        argv: Sequence[str],
-        *,
-        out: Callable[[bytes], None],
-        err: Callable[[bytes], None],
-        timeout: float | None = None,
-    ) -> int:
+    def stream(self, argv: Sequence[str], *, out: OutputSink, err: OutputSink, timeout: float | None = None) -> int:
         words = tuple(str(word) for word in argv)
         seen: dict[str, list[bytes]] = {"out": [], "err": []}
 
-        def tee(name: str, sink: Callable[[bytes], None]) -> Callable[[bytes], None]:
+        def tee(name: str, sink: OutputSink) -> OutputSink:
             def hand(data: bytes) -> None:
                 seen[name].append(data)
                 sink(data)

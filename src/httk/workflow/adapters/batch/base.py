@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -27,7 +27,7 @@ import attrs
 from ...domain import settings as engine_settings
 from ...domain.model import ValidationError
 from ...domain.submit_limits import SubmitLimits
-from ...ports import BatchJobStatus, BatchSystemError, CommandResult, RemoteTransport
+from ...ports import BatchCommandMissing, BatchJobStatus, BatchSystemError, CommandResult, RemoteTransport
 
 #: The workspace setting that supplies the default worker count.
 WORKERS_SETTING = engine_settings.WORKERS_SETTING
@@ -103,6 +103,9 @@ class CommandLineBatchSystem(ABC):
     finished_states: ClassVar[Mapping[str, bool | None]] = {}
     #: The status of an id the scheduler no longer lists.
     forgotten: ClassVar[BatchJobStatus] = BatchJobStatus("UNKNOWN", finished=True, succeeded=None)
+    #: A manager's output file name in its workdir, the job id its group: how the jobs a workspace's
+    #: ``.httk-workflow/batch`` records are found again (``None``: the names do not carry the id).
+    output_pattern: ClassVar[re.Pattern[str] | None] = None
 
     @classmethod
     def check_setting(cls, name: str, value: Any) -> None:
@@ -205,7 +208,9 @@ class CommandLineBatchSystem(ABC):
         ids = self.check_ids(job_ids)
         if not ids:
             return {}
-        result = self.transport.run(self.status_argv(ids), timeout=self.timeout)
+        argv = self.status_argv(ids)
+        result = self.transport.run(argv, timeout=self.timeout)
+        self._refuse_missing(argv, result)
         return self.parse_status(result, ids)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
@@ -216,6 +221,16 @@ class CommandLineBatchSystem(ABC):
     def submit_limits(self, settings: Mapping[str, Any]) -> SubmitLimits:
         """The site's submit limits; a batch system that reads none reports that in a note."""
         return SubmitLimits(notes=(f"{self.name} reports no submit limits",))
+
+    def job_ids_in(self, names: Iterable[str]) -> list[str] | None:
+        """The job ids the output files ``names`` of a workdir carry, in submission order (pure).
+
+        ``None`` when this scheduler's output names do not carry its job id (:attr:`output_pattern`).
+        """
+        if self.output_pattern is None:
+            return None
+        found = {match.group(1) for name in names if (match := self.output_pattern.fullmatch(name))}
+        return sorted(found, key=lambda job_id: [int(part) for part in re.findall(r"[0-9]+", job_id)])
 
     # -- helpers --------------------------------------------------------------------------------
     def check_ids(self, job_ids: Sequence[str]) -> list[str]:
@@ -228,11 +243,25 @@ class CommandLineBatchSystem(ABC):
 
     def _checked(self, argv: Sequence[str], *, input: str | None = None) -> CommandResult:
         result = self.transport.run(argv, input=input, timeout=self.timeout)
+        self._refuse_missing(argv, result)
         if result.returncode != 0:
             raise BatchSystemError(
                 f"{self.name}: {program(argv)} failed (exit {result.returncode}): {first_line(result)}"
             )
         return result
+
+
+    def _refuse_missing(self, argv: Sequence[str], result: CommandResult) -> None:
+        """Raise :class:`BatchCommandMissing` when the shell could not find a declared command (exit 127)."""
+        name = program(argv)
+        if result.returncode == COMMAND_NOT_FOUND and name in self.commands:
+            # Worded like 'remote check'; a remote session adds which remote and the check to run.
+            raise BatchCommandMissing(f"batch system {self.name}: {name} is not installed on the remote; "
+                                      f"install {self.title} or choose another template")
+
+
+#: The exit status POSIX shells give a command they cannot find.
+COMMAND_NOT_FOUND = 127
 
 
 def program(argv: Sequence[str]) -> str:

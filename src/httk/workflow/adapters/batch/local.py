@@ -54,6 +54,8 @@ class LocalBatchSystem(CommandLineBatchSystem):
     finished_states = {"EXITED": None}  # the exit status of a detached process is not kept
     # The probe names every id it is given: one it does not is a probe gone wrong, not a finished job.
     forgotten = BatchJobStatus("UNKNOWN", finished=False)
+    # local-PID.out (script_body): the pid alone, which the probe accepts without the start time.
+    output_pattern = re.compile(r"local-([1-9][0-9]*)\.out")
 
     def script_body(self, command: str) -> list[str]:
         """Output to ``local-PID.out`` in the workdir, then the manager in place of this shell."""

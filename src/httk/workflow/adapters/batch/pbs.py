@@ -7,7 +7,9 @@ how a job enters a reservation: PBS names a reservation's queue ``R123``).
 ``httk-WS.oNNN`` lands there. ``qstat -x`` also lists finished jobs for as long
 as the server keeps job history; an id it no longer knows (``qstat: Unknown Job
 Id ...`` and exit 153, which is ``PBSE_UNKJOBID`` 15001 modulo 256) is
-``UNKNOWN`` and counted as finished. A finished job succeeded when its
+``UNKNOWN`` and counted as finished; so is a job in state ``M``, moved to another
+server and no longer this one's (its outcome unknown). An id is matched on its
+server too where it names one. A finished job succeeded when its
 ``Exit_status`` is 0 (a job killed by signal N reports 256+N). The samples the
 parsers are tested on, and where each comes from: tests/data/pbs/README.md.
 Spec: 000 "Running on a remote".
@@ -45,7 +47,7 @@ STATES: dict[str, str] = {
     "E": "EXITING",
     "F": "FINISHED",
     "H": "HELD",
-    "M": "MOVED",  # to another server: this one cannot follow it
+    "M": "MOVED",  # to another server (qmove, peer scheduling): no longer this server's job
     "Q": "QUEUED",
     "R": "RUNNING",
     "S": "SUSPENDED",
@@ -55,7 +57,9 @@ STATES: dict[str, str] = {
     "X": "EXPIRED",  # a finished subjob
 }
 #: The state table: finished and expired jobs never run again; their ``Exit_status`` says how they ended.
-FINISHED_STATES: dict[str, bool | None] = {"FINISHED": None, "EXPIRED": None}
+#: A moved job left this server ("the job was moved to another server"), which keeps only its history:
+#: from here it is finished, its outcome unknown (the manager's own files say how it ended).
+FINISHED_STATES: dict[str, bool | None] = {"FINISHED": None, "EXPIRED": None, "MOVED": None}
 _UNKNOWN_LINE = re.compile(r"qstat: Unknown Job Id \S+")
 # qsub reads the script on stdin; its cwd becomes PBS_O_WORKDIR, where the output file goes.
 _SUBMIT = 'cd "$1" || exit 1; exec qsub'
@@ -112,13 +116,29 @@ def parse_qstat(result: CommandResult, job_ids: Sequence[str]) -> dict[str, Batc
     if result.returncode != 0 and (not complaints or not all(_UNKNOWN_LINE.fullmatch(c) for c in complaints)):
         raise BatchSystemError(f"pbs: qstat failed (exit {result.returncode}): {first_line(result)}")
     jobs = _jobs(result.stdout)
-    # qsub prints SEQ.SERVER; qstat's keys may carry a longer server name: match on either.
-    by_sequence = {key.split(".", 1)[0]: entry for key, entry in jobs.items()}
     statuses: dict[str, BatchJobStatus] = {}
     for job_id in job_ids:
-        entry = jobs.get(job_id) or by_sequence.get(job_id.split(".", 1)[0])
+        entry = jobs.get(job_id)
+        if entry is None:
+            entry = next((value for key, value in jobs.items() if same_job(job_id, key)), None)
         statuses[job_id] = PbsBatchSystem.forgotten if entry is None else job_status(entry)
     return statuses
+
+
+def same_job(job_id: str, key: str) -> bool:
+    """Whether qstat's ``key`` names the job ``job_id`` (``SEQ`` or ``SEQ.SERVER``).
+
+    qsub prints ``SEQ.SERVER`` with the server's short name and qstat's key may
+    carry a longer one (``1.pbs`` as ``1.pbs.example.org``) or the reverse, so a
+    server given must equal the key's or one be the other's leading labels; a
+    bare ``SEQ`` matches any server. The same number on another server is another job.
+    """
+    sequence, _, server = job_id.partition(".")
+    key_sequence, _, key_server = key.partition(".")
+    if sequence != key_sequence:
+        return False
+    longer, shorter = sorted((f"{server}.", f"{key_server}."), key=len, reverse=True)
+    return not server or longer.startswith(shorter)
 
 
 def job_status(entry: Mapping[str, Any]) -> BatchJobStatus:
@@ -135,7 +155,9 @@ def _jobs(stdout: str) -> dict[str, Mapping[str, Any]]:
     if not stdout.strip():
         return {}
     try:
-        document = json.loads(stdout)
+        # strict=False: some PBS versions write raw control characters (a tab, a newline of a
+        # multi-line value) inside Variable_List / Submit_arguments strings, which strict JSON refuses.
+        document = json.loads(stdout, strict=False)
     except json.JSONDecodeError as error:
         raise BatchSystemError(f"pbs: qstat -F json printed no JSON ({error.msg} at line {error.lineno})") from None
     jobs = document.get("Jobs", {}) if isinstance(document, dict) else None

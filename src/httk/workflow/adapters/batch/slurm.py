@@ -32,6 +32,8 @@ DIRECTIVES: tuple[Directive, ...] = (
     Directive("slurm.account", "--account={}", _NAME),
     Directive("slurm.partition", "--partition={}", _NAME),
     Directive("slurm.reservation", "--reservation={}", _NAME),
+    Directive("slurm.qos", "--qos={}", ValueRule("a Slurm QOS name ([A-Za-z0-9_.+@-])",
+                                                 re.compile(r"[A-Za-z0-9_.+@-]+"))),
     Directive("slurm.time_limit", "--time={}", ValueRule(  # an integer is minutes
         "minutes or [D-]HH:MM:SS as Slurm spells it",
         re.compile(r"[0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE", re.IGNORECASE), integers=True)),
@@ -53,7 +55,6 @@ FINISHED_STATES: dict[str, bool | None] = {
     "REVOKED": False,
     "TIMEOUT": False,
 }
-UNKNOWN = BatchJobStatus("UNKNOWN", finished=True, succeeded=None)
 
 
 class SlurmBatchSystem(CommandLineBatchSystem):
@@ -63,6 +64,7 @@ class SlurmBatchSystem(CommandLineBatchSystem):
     title = "Slurm"
     description = "a manager runs as a Slurm batch job there"
     commands = ("sbatch", "squeue", "scancel")
+    output_pattern = re.compile(r"slurm-([0-9]+(?:_[0-9]+)?)\.out")  # --output=slurm-%j.out
     id_pattern = re.compile(r"[0-9]+(_[0-9]+)?")
     capabilities = Capabilities(array_jobs=True, reservations=True, qos=True)
     directive_prefix = "#SBATCH"
@@ -86,7 +88,7 @@ class SlurmBatchSystem(CommandLineBatchSystem):
         if result.returncode != 0:
             # squeue refuses a list made only of ids it has forgotten.
             if "invalid job id" in result.stderr.lower():
-                return {job_id: UNKNOWN for job_id in job_ids}
+                return {job_id: self.forgotten for job_id in job_ids}
             raise BatchSystemError(f"slurm: squeue failed (exit {result.returncode}): {result.stderr.strip()}")
         return parse_squeue(result.stdout, job_ids)
 
@@ -128,4 +130,4 @@ def parse_squeue(stdout: str, job_ids: Sequence[str]) -> dict[str, BatchJobStatu
             known = seen.get(array)
             if known is None or (known.finished and not status.finished):
                 seen[array] = status
-    return {job_id: seen.get(job_id, UNKNOWN) for job_id in job_ids}
+    return {job_id: seen.get(job_id, SlurmBatchSystem.forgotten) for job_id in job_ids}

@@ -5,7 +5,13 @@ partition --oneliner`` (state and ``MaxTime`` of the partition the managers go
 to), ``squeue -h -r -u USER -o %i`` (the user's queued jobs, one line per array
 task) and, where accounting is configured, ``sacctmgr --parsable2 show assoc``,
 ``show user`` (the default account) and ``show qos``: the user's association and
-QOS limits (``MaxSubmit``, ``MaxJobs``, ``MaxWall``). Without slurmdbd
+QOS limits (``MaxSubmit``, ``MaxJobs``, ``MaxWall``); then ``show assoc
+account=A`` for the account association's own ``GrpSubmit``, and, when an
+account-level submit limit applies (that one, or a QOS's ``MaxSubmitPA``),
+``squeue -h -r -A A -o %i``: the account's queued jobs, every user's, which
+such a limit counts. A parent account's ``GrpSubmit`` and a QOS's own
+``GrpSubmit`` are not read (their usage spans accounts this user cannot list).
+The QOS is ``slurm.qos`` when set, else the association's default. Without slurmdbd
 ``sacctmgr`` refuses ("not running a supported accounting_storage plugin"):
 that, and any report that cannot be read, becomes a note, never an error, since
 ``sbatch`` still enforces every limit itself. The limits are conservative where
@@ -31,6 +37,8 @@ NO_ACCOUNTING = "not running a supported accounting_storage plugin"
 #: Association fields read; sacctmgr prints ``DefaultQOS`` as ``Def QOS``.
 ASSOC_FORMAT = "Account,Partition,QOS,DefaultQOS,MaxSubmit,MaxJobs,MaxWall,GrpSubmit,GrpJobs"
 QOS_FORMAT = "Name,MaxSubmitPU,MaxSubmitPA,MaxJobsPU,MaxJobsPA,MaxWall"
+#: The account association's fields (its row is the one without a user).
+ACCOUNT_FORMAT = "Account,User,Partition,GrpSubmit,GrpJobs"
 _UNLIMITED = frozenset({"", "UNLIMITED", "INFINITE", "NONE", "N/A", "(NULL)"})
 _DURATION = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 _ARRAY = re.compile(r"\d+_\[([0-9,\-%]+)\]")
@@ -58,6 +66,14 @@ def partitions_argv() -> list[str]:
 
 def queued_argv(user: str) -> list[str]:
     return ["squeue", "-h", "-r", "-u", user, "-o", "%i"]
+
+
+def account_queued_argv(account: str) -> list[str]:
+    return ["squeue", "-h", "-r", "-A", account, "-o", "%i"]
+
+
+def account_assoc_argv(account: str) -> list[str]:
+    return ["sacctmgr", "--parsable2", "show", "assoc", f"account={account}", f"format={ACCOUNT_FORMAT}"]
 
 
 def assoc_argv(user: str) -> list[str]:
@@ -196,8 +212,14 @@ def applicable_associations(
     return specific or [row for row in mine if not row.get("partition")]
 
 
-def job_qos(row: Mapping[str, str]) -> str:
-    """The QOS a job of this association gets without ``--qos``: its default, else ``normal`` if allowed."""
+def job_qos(row: Mapping[str, str], requested: str = "") -> str:
+    """The QOS a job of this association gets: ``requested`` (``--qos``), else its default, else ``normal``.
+
+    ``normal`` only where the association allows it (or lists no QOS); a requested
+    QOS the association does not allow is still its QOS: sbatch refuses that job.
+    """
+    if requested:
+        return requested
     default = row.get("defqos") or row.get("defaultqos") or ""
     if default:
         return default
@@ -226,12 +248,17 @@ def limits_from_reports(
     account: str,
     qos_rows: Sequence[Mapping[str, str]] | None,
     job_wall: int | None,
+    account_rows: Sequence[Mapping[str, str]] | None = None,
+    qos: str = "",
     notes: Sequence[str] = (),
 ) -> SubmitLimits:
     """Fold the parsed reports into one :class:`SubmitLimits` (pure).
 
     ``wanted`` are the partitions the managers go to (empty: the default one);
-    ``associations``/``qos_rows`` are ``None`` when accounting reported nothing.
+    ``associations``/``qos_rows``/``account_rows`` (``show assoc account=A``) are
+    ``None`` when accounting reported nothing; ``qos`` is the QOS asked for
+    (``slurm.qos``), empty for the association's default. The account's queued
+    jobs are counted afterwards, only when a per-account limit is found.
     """
     notes = list(notes)
     chosen = [p for p in partitions if p.name in wanted] if wanted else [p for p in partitions if p.default]
@@ -240,7 +267,7 @@ def limits_from_reports(
         notes.append(f"scontrol lists no partition {', '.join(missing)}")
     names = [p.name for p in chosen] or list(wanted)
     states = {p.state for p in chosen}
-    submit, jobs, wall = _Smallest(), _Smallest(), _Smallest()
+    submit, account_submit, jobs, wall = _Smallest(), _Smallest(), _Smallest(), _Smallest()
     # Several partitions: the job may go to the one allowing the longest time.
     if chosen and all(p.max_time_seconds is not None for p in chosen):
         longest = max(chosen, key=lambda p: p.max_time_seconds or 0)
@@ -251,19 +278,31 @@ def limits_from_reports(
             where = f"account {row.get('account', '?')}" + (f", partition {row['partition']}" if row.get("partition")
                                                               else "")
             submit.offer(_count(row.get("maxsubmit", "")), f"the association's MaxSubmitJobs ({where})")
+            # A user association's Grp limit counts that association's jobs, all of them this user's:
+            # held against every queued job of the user, it errs low.
             submit.offer(_count(row.get("grpsubmit", "")), f"the association's GrpSubmitJobs ({where})")
             jobs.offer(_count(row.get("maxjobs", "")), f"the association's MaxJobs ({where})")
             jobs.offer(_count(row.get("grpjobs", "")), f"the association's GrpJobs ({where})")
             wall.offer(_duration(row.get("maxwall", "")), f"the association's MaxWall ({where})")
-            if job_qos(row):
-                qos_names.add(job_qos(row))
+            if job_qos(row, qos):
+                qos_names.add(job_qos(row, qos))
+    if qos:
+        qos_names.add(qos)
+    if account_rows is not None:
+        for row in account_rows:  # the account's own association: the row without a user
+            if row.get("user") or (account and row.get("account", "").lower() != account.lower()):
+                continue
+            where = f"account {row.get('account', '?')}" + (f", partition {row['partition']}" if row.get("partition")
+                                                              else "")
+            account_submit.offer(_count(row.get("grpsubmit", "")), f"the account's GrpSubmitJobs ({where})")
+            jobs.offer(_count(row.get("grpjobs", "")), f"the account's GrpJobs ({where})")
     if qos_rows is not None:
         for row in qos_rows:
             name = row.get("name", "")
             if name in qos_names:
                 submit.offer(_count(row.get("maxsubmitpu", "")), f"QOS {name}'s MaxSubmitJobsPerUser")
-                # Per account: the account's other users count too, so this is only a ceiling.
-                submit.offer(_count(row.get("maxsubmitpa", "")), f"QOS {name}'s MaxSubmitJobsPerAccount")
+                # Per account: the account's other users' jobs count too.
+                account_submit.offer(_count(row.get("maxsubmitpa", "")), f"QOS {name}'s MaxSubmitJobsPerAccount")
                 jobs.offer(_count(row.get("maxjobspu", "")), f"QOS {name}'s MaxJobsPerUser")
                 jobs.offer(_count(row.get("maxjobspa", "")), f"QOS {name}'s MaxJobsPerAccount")
                 wall.offer(_duration(row.get("maxwall", "")), f"QOS {name}'s MaxWall")
@@ -273,6 +312,9 @@ def limits_from_reports(
         max_jobs=jobs.value,
         max_jobs_source=jobs.source,
         queued=queued,
+        account=account,
+        account_max_submit=account_submit.value,
+        account_max_submit_source=account_submit.source,
         partition=",".join(names),
         # Several partitions are closed only when all are; one open one takes the jobs.
         partition_state=states.pop() if len(states) == 1 else "",
@@ -312,6 +354,7 @@ def read_submit_limits(transport: RemoteTransport, settings: Mapping[str, Any], 
         notes.append(f"user name not read (id -un: {_first_line(who)}): no association limits read")
     associations: list[dict[str, str]] | None = None
     qos_rows: list[dict[str, str]] | None = None
+    account_rows: list[dict[str, str]] | None = None
     account = str(settings.get("slurm.account") or "")
     if user:
         assoc = run(assoc_argv(user))
@@ -322,19 +365,36 @@ def read_submit_limits(transport: RemoteTransport, settings: Mapping[str, Any], 
                 rows = parse_parsable(shown.stdout) if shown.returncode == 0 else []
                 # sacctmgr heads the DefaultAccount column "Def Acct".
                 account = (rows[0].get("defacct") or rows[0].get("defaultaccount") or "") if rows else ""
-            qos = run(qos_argv())
-            if qos.returncode == 0:
-                qos_rows = parse_parsable(qos.stdout)
+            shown_qos = run(qos_argv())
+            if shown_qos.returncode == 0:
+                qos_rows = parse_parsable(shown_qos.stdout)
             else:
-                notes.append(f"QOS limits not read (sacctmgr: {_first_line(qos)})")
+                notes.append(f"QOS limits not read (sacctmgr: {_first_line(shown_qos)})")
+            if account:
+                shown_account = run(account_assoc_argv(account))
+                if shown_account.returncode == 0:
+                    account_rows = parse_parsable(shown_account.stdout)
+                else:
+                    notes.append(f"account limits not read (sacctmgr: {_first_line(shown_account)})")
+            else:
+                notes.append("the account is not known, so no account limits read")
         elif NO_ACCOUNTING in (assoc.stderr + assoc.stdout):
             notes.append("the site keeps no accounting (sacctmgr: no slurmdbd), so no association or QOS limits")
         else:
             notes.append(f"association limits not read (sacctmgr: {_first_line(assoc)})")
-    return limits_from_reports(
+    limits = limits_from_reports(
         partitions=partitions, wanted=wanted, queued=queued, associations=associations, account=account,
-        qos_rows=qos_rows, job_wall=job_wall_seconds(settings), notes=notes,
+        qos_rows=qos_rows, account_rows=account_rows, qos=str(settings.get("slurm.qos") or ""),
+        job_wall=job_wall_seconds(settings), notes=notes,
     )
+    if limits.account_max_submit is None or not account:
+        return limits
+    # A per-account limit counts every user's jobs of the account, not only this user's.
+    listed = run(account_queued_argv(account))
+    if listed.returncode == 0:
+        return attrs.evolve(limits, account_queued=parse_queued(listed.stdout))
+    return attrs.evolve(limits, notes=(*limits.notes, f"the account's queued jobs not counted (squeue: "
+                                                      f"{_first_line(listed)})"))
 
 
 def _first_line(result: CommandResult) -> str:
