@@ -16,8 +16,7 @@ import contextlib
 import errno
 import functools
 import posixpath
-import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from httk.workflow.ports import DOCUMENT_LIMIT, Clock, DocumentTooLarge, Entry, FileStat, NotRegularFile
@@ -38,6 +37,7 @@ from .memory_tree import (
     _parts,
     _State,
 )
+from .memory_tree_ops import TreeOperations
 
 T = TypeVar("T")
 
@@ -61,14 +61,19 @@ def _serialized(cls: type[T]) -> type[T]:
 
         return wrapper
 
-    for name, member in list(vars(cls).items()):
-        if callable(member) and not name.startswith("_") and name not in _UNLOCKED:
+    # The class's own methods and those it inherits from the tree operations (memory_tree_ops).
+    seen: set[str] = set()
+    for klass in cls.__mro__[:-1]:
+        for name, member in list(vars(klass).items()):
+            if name in seen or not callable(member) or name.startswith("_") or name in _UNLOCKED:
+                continue
+            seen.add(name)
             setattr(cls, name, locked(member))
     return cls
 
 
 @_serialized
-class InMemoryFilesystem:
+class InMemoryFilesystem(TreeOperations):
     """:class:`~httk.workflow.ports.Filesystem` in memory, with crash, crash arming and reader lag.
 
     Every mutating primitive (create, write, rename, append, remove, mkdir, fsync)
@@ -588,82 +593,9 @@ class InMemoryFilesystem:
         self._state.operation("remove")
         self._unlink(parent, name)
 
-    def rmtree(self, path: str) -> None:
-        """Remove a file, symlink or tree, one primitive per entry; a missing one is fine."""
-        node = self._visible(path, view=False)
-        if node is None:
-            return
-        if node.kind != _DIR:
-            self.remove(path)
-            return
-        for name in list(node.entries):
-            self.rmtree(posixpath.join(_norm(path), name))
-        self.rmdir(path)
-
-    def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
-        """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once."""
-        destination = _norm(destination)
-        if self._visible(destination, view=False) is not None:
-            raise _error(errno.EEXIST, destination)
-        node = self._existing(source, follow=False)
-        directory, name = posixpath.split(destination)
-        self._ensure_dir(directory, durable=durable)
-        temp = posixpath.join(directory, f".{name}.tmp.{next(self._state.tokens):016x}")
-        try:
-            self._copy(node, temp, source)
-            if durable:
-                self.sync_tree(temp)
-            self._rename_raw(temp, destination, replace=False)
-        except BaseException:
-            with contextlib.suppress(OSError, SimulatedCrash):
-                self.rmtree(temp)
-            raise
-        if durable:
-            self._fsync_dir_inode(self._directory(directory))
-
-    def _copy(self, node: _Inode, path: str, source: str, top: bool = True) -> None:
-        if node.kind == _FIFO:
-            # As shutil.copy2 (a file) and copytree (inside a tree) refuse it: never opened, never copied.
-            problem = f"`{source}` is a named pipe"
-            raise shutil.SpecialFileError(problem) if top else shutil.Error([(source, path, problem)])
-        if node.kind == _LINK:
-            self._new_entry(path, node.kind, "create", node.mode, node.target)
-            return
-        if node.kind == _FILE:
-            copy = self._create_file(path)
-            self._write(copy, bytes(node.data))
-        else:
-            copy = self._mkdir(path)
-            for name, number in list(node.entries.items()):
-                self._copy(self._state.inodes[number], posixpath.join(path, name), posixpath.join(source, name),
-                           False)
-        copy.mode, copy.mtime = node.mode, node.mtime  # as shutil.copy2 / copytree keep them
-
-    def sync_tree(self, path: str) -> None:
-        """fsync every file and directory below ``path`` (and ``path`` itself), children first."""
-        self._sync_inode(self._existing(path, follow=False))
-
-    def _sync_inode(self, node: _Inode) -> None:
-        if node.kind == _FILE:
-            self._fsync_file(node)
-        elif node.kind == _DIR:
-            for number in list(node.entries.values()):
-                self._sync_inode(self._state.inodes[number])
-            self._fsync_dir_inode(node)
-
     def fsync_dir(self, path: str) -> None:
         """Make the directory's current set of names durable."""
         self._fsync_dir_inode(self._directory(path))
-
-    def sync_trees(self, paths: Sequence[str]) -> None:
-        """``sync_tree`` of each path in order (one primitive each fsync, so a crash can fall between)."""
-        for path in paths:
-            self.sync_tree(path)
-
-    def fsync_dirs(self, paths: Sequence[str]) -> None:
-        """``fsync_dir`` of each directory in order."""
-        for path in paths:
-            self.fsync_dir(path)
 
     def sleep(self, seconds: float) -> None:
         """Advance the shared fake clock."""
