@@ -140,6 +140,7 @@ def test_job_new_stages_the_structure_and_pins_the_published_runner(cli, workspa
                  "silicon", "--input", "incar={\"ENCUT\": 600}")
     key = result.stdout.strip()  # the tag--uuid key, the form 'job submit' prints
     assert "no setting vasp.command" in result.stderr  # a warning, since the job may be transferred first
+    assert "HTTK_VASP_COMMAND in the manager's environment" in result.stderr
     report = cli.json("job", "show", workspace, key)
     assert report["kind"] == "submitted" and report["placement"] == "vasp-relax"
     assert key == report["job_key"] == f"silicon--{report['job_id']}"

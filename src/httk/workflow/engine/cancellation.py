@@ -23,8 +23,7 @@ from ..domain.frames import StateFrame
 from ..domain.lifecycle import Event
 from ..domain.takeover import TakeoverAction
 from ..store.markers import Marker
-from ..store.store import JobDamage
-from .context import TickContext
+from .context import TickContext, read_or_refuse
 from .recovery import Recovery
 from .registration import owned_by_me
 
@@ -70,10 +69,8 @@ class Cancellation:
         ctx = self.ctx
         if marker.job_id in self.pending:
             return False
-        try:
-            view = ctx.store.read_job(marker)
-        except JobDamage as damage:
-            ctx.refuse(marker, f"cancelling job unreadable: {damage}")
+        view = read_or_refuse(ctx, marker, "cancelling job unreadable")
+        if view is None:
             return False
         if not owned_by_me(ctx, marker):
             return False

@@ -26,7 +26,7 @@ from ..domain.lifecycle import TERMINAL_KINDS, Event, StateKind, next_kind
 from ..domain.scheduling import Offer
 from ..ports import Clock, Ids, LaunchedProcess, ProcessControl
 from ..store.markers import Marker
-from ..store.store import JobView, LostRace, Store
+from ..store.store import JobDamage, JobView, LostRace, Store
 from ..store.workspaces import WorkspaceHandle
 from .attempts import AttemptPlan
 from .commit import clear_note, note_for_parent, settle_lost_note
@@ -138,6 +138,15 @@ class TickContext(Protocol):
         self, marker: Marker, frame: StateFrame, event: Event, changes: dict[str, Any], *, workdir: str | None = None
     ) -> tuple[Marker, StateFrame] | None:
         """Apply one transition; ``None`` when another actor moved the job first."""
+
+
+def read_or_refuse(ctx: TickContext, marker: Marker, what: str) -> JobView | None:
+    """``marker``'s job, or ``None`` after refusing it as ``"<what>: <damage>"`` (one bad job stops nothing else)."""
+    try:
+        return ctx.store.read_job(marker)
+    except JobDamage as damage:
+        ctx.refuse(marker, f"{what}: {damage}")
+        return None
 
 
 class EngineContext:

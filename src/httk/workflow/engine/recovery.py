@@ -39,9 +39,9 @@ from ..domain.takeover import (
 )
 from ..ports import Filesystem, ProcessControl, ProcessIdentity
 from ..store.markers import Marker
-from ..store.store import JobDamage, JobView
+from ..store.store import JobView
 from .commit import CommitPass
-from .context import TickContext
+from .context import TickContext, read_or_refuse
 from .draining import KILL_SETTLE_SECONDS
 from .manifest import read_heartbeat
 from .outcome_reader import read_outcome
@@ -257,10 +257,8 @@ class Recovery:
         ctx = self.ctx
         if marker.kind == StateKind.CANCELLING:
             return False  # cancellation is finished by the cancellation pass, from the same verdict
-        try:
-            view = ctx.store.read_job(marker)
-        except JobDamage as damage:
-            ctx.refuse(marker, f"unreadable: {damage}")
+        view = read_or_refuse(ctx, marker, "unreadable")
+        if view is None:
             return False
         frame, spec = view.frame, view.spec
         owner_id = frame.owner_id

@@ -13,8 +13,8 @@ import logging
 
 from ..domain.lifecycle import Event
 from ..store.markers import Marker
-from ..store.store import JobDamage, LostRace
-from .context import TickContext
+from ..store.store import LostRace
+from .context import TickContext, read_or_refuse
 
 log = logging.getLogger("httk.workflow.manager")
 
@@ -62,10 +62,8 @@ class Registration:
     def register(self, marker: Marker) -> None:
         """Register one submitted job at its initial step, or refuse it."""
         ctx = self.ctx
-        try:
-            view = ctx.store.read_job(marker)
-        except JobDamage as damage:
-            ctx.refuse(marker, f"cannot register: {damage}")
+        view = read_or_refuse(ctx, marker, "cannot register")
+        if view is None:
             return
         if view.spec is None:
             ctx.refuse(marker, f"cannot register: {view.spec_error}")

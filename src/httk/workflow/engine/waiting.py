@@ -26,9 +26,9 @@ from ..ports import Filesystem
 from ..protocol import parse_job_bytes
 from ..store.layout import Layout
 from ..store.markers import Marker
-from ..store.store import JobDamage, Store
+from ..store.store import Store
 from .commit import checked_note, new_activation, read_notes
-from .context import TickContext
+from .context import TickContext, read_or_refuse
 from .registration import owned_by_me
 
 log = logging.getLogger("httk.workflow.manager")
@@ -114,10 +114,8 @@ class WaitingPass:
     def evaluate(self, marker: Marker) -> bool:
         """Resolve one waiting job's join; True when it transitioned."""
         ctx = self.ctx
-        try:
-            view = ctx.store.read_job(marker)
-        except JobDamage as damage:
-            ctx.refuse(marker, f"waiting job unreadable: {damage}")
+        view = read_or_refuse(ctx, marker, "waiting job unreadable")
+        if view is None:
             return False
         frame, spec = view.frame, view.spec
         join = frame.join

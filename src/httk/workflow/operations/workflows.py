@@ -41,6 +41,7 @@ from ..engine.attempts import LaunchSettings, command_for
 from ..ports import Filesystem, ProcessControl
 from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec
 from ..store.digests import fs_digest
+from ..store.policy import setting_env_name
 from ..store.runners import check_runner_name, object_path, publish_runner, stage_tree
 from ..store.workspaces import WorkspaceHandle
 from .submission import Submitted, check_path_lengths, job_paths, submit
@@ -469,8 +470,8 @@ def _missing_settings(handle: WorkspaceHandle, workflow: Workflow) -> list[str]:
         if declared.get("required") and name not in present:
             out.append(
                 f"workspace {handle.root} has no setting {name}: set it before a manager runs this job "
-                f"('httk workflow workspace settings set {handle.root} {name} VALUE'), or in the workspace it "
-                "is transferred to"
+                f"('httk workflow workspace settings set {handle.root} {name} VALUE'), in the workspace it "
+                f"is transferred to, or as {setting_env_name(name)} in the manager's environment"
             )
     return out
 

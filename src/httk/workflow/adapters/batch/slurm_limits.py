@@ -24,13 +24,15 @@ a remote".
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
 from ...domain.submit_limits import SubmitLimits
 from ...ports import CommandResult, RemoteTransport
+
+T = TypeVar("T")
 
 #: What sacctmgr prints when slurmctld keeps no accounting database.
 NO_ACCOUNTING = "not running a supported accounting_storage plugin"
@@ -334,22 +336,21 @@ def read_submit_limits(transport: RemoteTransport, settings: Mapping[str, Any], 
     def run(argv: list[str]) -> CommandResult:
         return transport.run(argv, timeout=timeout)
 
+    def ask(argv: list[str], parse: Callable[[str], T], unread: str) -> T | None:
+        """The parsed answer, or ``None`` after noting ``unread`` and what the command said."""
+        result = run(argv)
+        if result.returncode == 0:
+            return parse(result.stdout)
+        notes.append(f"{unread} ({argv[0]}: {_first_line(result)})")
+        return None
+
     who = run(user_argv())
     user = who.stdout.strip() if who.returncode == 0 else ""
     wanted = [name for name in str(settings.get("slurm.partition") or "").split(",") if name]
-    listing = run(partitions_argv())
-    partitions: list[Partition] = []
-    if listing.returncode == 0:
-        partitions = parse_partitions(listing.stdout)
-    else:
-        notes.append(f"partition state not read (scontrol: {_first_line(listing)})")
+    partitions = ask(partitions_argv(), parse_partitions, "partition state not read") or []
     queued = 0
     if user:
-        listed = run(queued_argv(user))
-        if listed.returncode == 0:
-            queued = parse_queued(listed.stdout)
-        else:
-            notes.append(f"queued jobs not counted (squeue: {_first_line(listed)})")
+        queued = ask(queued_argv(user), parse_queued, "queued jobs not counted") or 0
     else:
         notes.append(f"user name not read (id -un: {_first_line(who)}): no association limits read")
     associations: list[dict[str, str]] | None = None
@@ -365,17 +366,9 @@ def read_submit_limits(transport: RemoteTransport, settings: Mapping[str, Any], 
                 rows = parse_parsable(shown.stdout) if shown.returncode == 0 else []
                 # sacctmgr heads the DefaultAccount column "Def Acct".
                 account = (rows[0].get("defacct") or rows[0].get("defaultaccount") or "") if rows else ""
-            shown_qos = run(qos_argv())
-            if shown_qos.returncode == 0:
-                qos_rows = parse_parsable(shown_qos.stdout)
-            else:
-                notes.append(f"QOS limits not read (sacctmgr: {_first_line(shown_qos)})")
+            qos_rows = ask(qos_argv(), parse_parsable, "QOS limits not read")
             if account:
-                shown_account = run(account_assoc_argv(account))
-                if shown_account.returncode == 0:
-                    account_rows = parse_parsable(shown_account.stdout)
-                else:
-                    notes.append(f"account limits not read (sacctmgr: {_first_line(shown_account)})")
+                account_rows = ask(account_assoc_argv(account), parse_parsable, "account limits not read")
             else:
                 notes.append("the account is not known, so no account limits read")
         elif NO_ACCOUNTING in (assoc.stderr + assoc.stdout):
@@ -390,11 +383,10 @@ def read_submit_limits(transport: RemoteTransport, settings: Mapping[str, Any], 
     if limits.account_max_submit is None or not account:
         return limits
     # A per-account limit counts every user's jobs of the account, not only this user's.
-    listed = run(account_queued_argv(account))
-    if listed.returncode == 0:
-        return attrs.evolve(limits, account_queued=parse_queued(listed.stdout))
-    return attrs.evolve(limits, notes=(*limits.notes, f"the account's queued jobs not counted (squeue: "
-                                                      f"{_first_line(listed)})"))
+    account_queued = ask(account_queued_argv(account), parse_queued, "the account's queued jobs not counted")
+    if account_queued is None:
+        return attrs.evolve(limits, notes=(*limits.notes, notes[-1]))
+    return attrs.evolve(limits, account_queued=account_queued)
 
 
 def _first_line(result: CommandResult) -> str:
