@@ -11,7 +11,7 @@ import pytest
 
 from httk.workflow import codec
 from httk.workflow.runtime import ChildSpec
-from httk.workflow.sdk import Attempt
+from httk.workflow.sdk import Attempt, Runner
 
 STEPS = frozenset({"start", "next"})
 
@@ -132,3 +132,15 @@ def test_nested_non_string_state_key_is_refused(make_attempt):
     attempt = Attempt.initialize(steps=STEPS)
     with pytest.raises(TypeError):
         attempt.state.merge({"k": {1: "a"}})
+
+
+def test_runner_main_says_an_unreadable_context_in_one_line_and_publishes_nothing(make_attempt, capsys):
+    fake = make_attempt("start")
+    (fake.control / "context.json").write_bytes(b"{")
+    before = sorted(path.name for path in fake.control.iterdir())
+    run = Runner("demo")
+    run.step("start")(lambda a: a.succeed())
+    assert run.main([]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: this attempt cannot start: ") and "context.json" in err
+    assert sorted(path.name for path in fake.control.iterdir()) == before  # no outcome, no draft

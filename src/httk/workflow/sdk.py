@@ -542,7 +542,13 @@ class Runner:
                 "httk-workflow task manager (use --describe to list its steps)\n"
             )
             return 2
-        attempt = Attempt.initialize(steps=self.steps)
+        try:
+            attempt = Attempt.initialize(steps=self.steps)
+        except codec.DocumentError as error:
+            # The manager wrote these documents; one that does not read is damage, said in one line
+            # (the manager records the exit as the attempt's failure), not a traceback.
+            sys.stderr.write(f"error: this attempt cannot start: {error}\n")
+            return 1
         durable = attempt.context.durable
         record_runner_steps(attempt.payload, self._workflow, self.steps, durable=durable, fs=attempt._fs)
         self._dispatch(attempt)
