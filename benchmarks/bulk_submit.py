@@ -2,7 +2,9 @@
 
 ``PYTHONPATH=src .venv/bin/python benchmarks/bulk_submit.py [--jobs 20000] [--rounds 2]``
 prints one Markdown table: for each case the min / median / max jobs per second over
-the rounds, and the median as a fraction of the floor measured in the same rounds.
+the rounds, the median as a fraction of the floor measured in the same rounds, and the
+median CPU milliseconds per job (user + system of this process and its threads, or of
+the CLI child: what a shared machine's load does not inflate the way it does wall time).
 Every round uses fresh workspaces in a scratch directory (``--scratch``, default the
 system temp directory) on one filesystem. The payloads are what a campaign submits:
 one directory per job holding only ``job.json``, every job pinning one runner
@@ -12,6 +14,8 @@ published to the workspace store.
   the job.json bytes, ``rename`` into a placement directory, per job; nothing synced.
 - **prepare_job_payloads**: the payload directories written by the SDK's batch call.
 - **submit_many**: ``Workspace.submit_many`` of those payloads at one placement.
+- **submit_specs**: ``Workspace.submit_specs`` of the same specs (one pass: no payload
+  directories prepared; each job.json written into the workspace's staging area).
 - **submit, one at a time**: ``Workspace.submit`` per payload (``--single`` jobs; a
   rate, so comparable with the batch).
 - **CLI**: ``httk workflow job submit WS --from-file LIST --placement P`` as a
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -51,13 +56,20 @@ def workspace(root: Path, durable: bool) -> tuple[Workspace, str]:
     return found, str(found.publish_runner(root / "run.sh", "run.sh")["sha256"])
 
 
-def rate(count: int, function: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process and of its waited-for children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def rate(count: int, function: Callable[[], object]) -> tuple[float, float]:
+    """(jobs per second, CPU milliseconds per job) of ``function`` doing ``count`` jobs."""
+    start, cpu = time.perf_counter(), _cpu()
     function()
-    return count / (time.perf_counter() - start)
+    return count / (time.perf_counter() - start), 1000 * (_cpu() - cpu) / count
 
 
-def floor(root: Path, count: int, data: bytes) -> float:
+def floor(root: Path, count: int, data: bytes) -> tuple[float, float]:
     staging, placement = root / "floor-tmp", root / "floor" / "bench" / "a"
     staging.mkdir()
     placement.mkdir(parents=True)
@@ -74,15 +86,17 @@ def floor(root: Path, count: int, data: bytes) -> float:
     return rate(count, run)
 
 
-def cases(root: Path, jobs: int, single: int, *, durable: bool, cli: bool) -> dict[str, float]:
+def cases(root: Path, jobs: int, single: int, *, durable: bool, cli: bool) -> dict[str, tuple[float, float]]:
     """Every case of one durability in the fresh directory ``root``."""
     label = "durable" if durable else "no-durable"
-    out: dict[str, float] = {}
+    out: dict[str, tuple[float, float]] = {}
     found, sha256 = workspace(root, durable)
     batch = [(root / "src" / f"p{index}", spec) for index, spec in enumerate(specs(jobs, sha256))]
     out[f"prepare_job_payloads ({label})"] = rate(jobs, lambda: prepare_job_payloads(batch, durable=durable))
     payloads = [str(path) for path, _ in batch]
     out[f"submit_many ({label})"] = rate(jobs, lambda: found.submit_many(payloads, "bench/a"))
+    direct = [spec for _path, spec in batch]
+    out[f"submit_specs ({label})"] = rate(jobs, lambda: found.submit_specs(direct, "bench/d"))
     out[f"submit, one at a time ({label})"] = rate(
         single, lambda: [found.submit(payload, "bench/b") for payload in payloads[:single]])
     if cli:
@@ -98,8 +112,8 @@ def cases(root: Path, jobs: int, single: int, *, durable: bool, cli: bool) -> di
     return out
 
 
-def one_round(scratch: Path, jobs: int, single: int, cli: bool) -> dict[str, float]:
-    out: dict[str, float] = {}
+def one_round(scratch: Path, jobs: int, single: int, cli: bool) -> dict[str, tuple[float, float]]:
+    out: dict[str, tuple[float, float]] = {}
     for durable in (True, False):
         root = Path(tempfile.mkdtemp(dir=scratch))
         try:
@@ -122,13 +136,15 @@ def main() -> None:
         rounds = [one_round(scratch, args.jobs, args.single, args.cli) for _ in range(args.rounds)]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    floor_median = statistics.median(found[FLOOR] for found in rounds)
+    floor_median = statistics.median(found[FLOOR][0] for found in rounds)
     print(f"{args.jobs} jobs per batch, {args.single} one at a time, {args.rounds} rounds; jobs/s\n")
-    print("| case | min | median | max | median / floor |\n| --- | --- | --- | --- | --- |")
+    print("| case | min | median | max | median / floor | CPU ms/job (median) |\n"
+          "| --- | --- | --- | --- | --- | --- |")
     for case in rounds[0]:
-        samples = [found[case] for found in rounds]
-        median = statistics.median(samples)
-        print(f"| {case} | {min(samples):.0f} | {median:.0f} | {max(samples):.0f} | {median / floor_median:.2f} |")
+        samples = [found[case][0] for found in rounds]
+        median, cpu = statistics.median(samples), statistics.median(found[case][1] for found in rounds)
+        print(f"| {case} | {min(samples):.0f} | {median:.0f} | {max(samples):.0f} | {median / floor_median:.2f} "
+              f"| {cpu:.3f} |")
 
 
 if __name__ == "__main__":

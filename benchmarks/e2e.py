@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -129,18 +130,29 @@ def make_payload(root: Path, kind: str, inputs: dict[str, object] | None = None,
     return path
 
 
+def placements(count: int, per_placement: int | None = None, start: int = 0) -> list[str]:
+    """Where jobs ``start .. start + count`` go: all at ``bench/a``, or ``per_placement`` to each ``bench/NNN``."""
+    if per_placement is None:
+        return ["bench/a"] * count
+    return [f"bench/{index // per_placement:03d}" for index in range(start, start + count)]
+
+
 def workspace(root: Path, kind: str, count: int, *, durable: bool = True,
-              inputs: dict[str, object] | None = None) -> Workspace:
-    """A fresh workspace with ``count`` submitted jobs of ``kind`` (bulk-submitted where the tree has it)."""
+              inputs: dict[str, object] | None = None, per_placement: int | None = None) -> Workspace:
+    """A fresh workspace with ``count`` submitted jobs of ``kind`` (bulk-submitted where the tree has it).
+
+    They all go to ``bench/a`` unless ``per_placement`` spreads them over ``bench/NNN`` directories.
+    """
     target = Path(tempfile.mkdtemp(dir=root))
     ws = Workspace.init(target / "ws", durable=durable)
     source = make_payload(target, kind, inputs, ws if kind == "fanout" else None)
     if count and hasattr(ws, "submit_many"):
         for start in range(0, count, 10000):
-            ws.submit_many([source] * min(10000, count - start), "bench/a")
+            size = min(10000, count - start)
+            ws.submit_many([source] * size, placements(size, per_placement, start))
     else:
-        for _ in range(count):
-            ws.submit(source, "bench/a")
+        for where in placements(count, per_placement):
+            ws.submit(source, where)
     return ws
 
 
@@ -193,19 +205,25 @@ def case_throughput(root: Path, kind: str, count: int, rounds: int) -> tuple[str
     rates, floors, ratios, manager_cpu, runner_cpu = [], [], [], [], []
     label, argv = FLOORS[kind]
     for _ in range(rounds):
-        ws = workspace(root, kind, count)
-        before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        rates.append(count / run_manager(ws))
-        after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        # CPU per job, the manager's own and its runners': steadier than wall time on a shared machine.
-        manager_cpu.append(_cpu(before[0], after[0]) / count * 1e3)
-        runner_cpu.append(_cpu(before[1], after[1]) / count * 1e3)
+        rate, own, runners = measured_run(workspace(root, kind, count), count)
+        rates.append(rate)
+        manager_cpu.append(own)
+        runner_cpu.append(runners)
         floors.append(count / floor(argv, count))
         ratios.append(floors[-1] / rates[-1])
     return (f"end to end, {kind} runner: {count} trivial jobs, 2 workers, durable (jobs/s)",
             f"{spread(rates)}; floor {label} 2 at a time {spread(floors)}; "
             f"floor/manager per round {spread(ratios, 2)}; CPU ms per job: manager {spread(manager_cpu)}, "
             f"runner {spread(runner_cpu)}")
+
+
+def measured_run(ws: Workspace, count: int) -> tuple[float, float, float]:
+    """(jobs/s, manager CPU ms per job, runner CPU ms per job) of one manager running ``count`` jobs until idle."""
+    before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    rate = count / run_manager(ws)
+    after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU per job, the manager's own and its runners': steadier than wall time on a shared machine.
+    return rate, _cpu(before[0], after[0]) / count * 1e3, _cpu(before[1], after[1]) / count * 1e3
 
 
 def _cpu(start: resource.struct_rusage, end: resource.struct_rusage) -> float:
@@ -274,18 +292,31 @@ def case_history(root: Path, ready: int, history: int, rounds: int) -> tuple[str
             f"{spread(beside)}; beside none {spread(alone)}; ratio per round {spread(ratios, 2)}")
 
 
-def case_rss(root: Path, ready: int, launches: int = 20) -> tuple[str, str]:
-    """Peak RSS of a manager process that serves ``ready`` ready jobs until ``launches`` attempts committed."""
-    ws = workspace(root, "raw", ready + launches, durable=False)
+def case_rss(root: Path, ready: int, launches: int = 20, per_placement: int | None = None,
+             trace: bool = False) -> tuple[str, str]:
+    """Peak RSS of a manager process that serves ``ready`` ready jobs until ``launches`` attempts committed.
+
+    The jobs are in one placement directory, or ``per_placement`` to a directory. With
+    ``trace`` the manager runs under ``tracemalloc`` (which adds its own memory to the RSS)
+    and its largest allocations at the serving peak and the summary's peak go to stderr.
+    """
+    ws = workspace(root, "raw", ready + launches, durable=False, per_placement=per_placement)
     register(ws)
-    argv = [sys.executable, __file__, "_rss", str(ws.handle.layout.root), str(launches)]
-    serving, peak = map(float, subprocess.run(argv, check=True, capture_output=True, text=True).stdout.split()[-2:])
-    return (f"manager peak RSS beside {ready} ready jobs ({launches} launched and committed)",
+    argv = [sys.executable, __file__, "_rss", str(ws.handle.layout.root), str(launches), *(["trace"] * trace)]
+    found = subprocess.run(argv, check=True, capture_output=True, text=True)
+    print(found.stderr, end="", file=sys.stderr)
+    serving, peak = map(float, found.stdout.split()[-2:])
+    layout = "one placement" if per_placement is None else f"{per_placement:,} per placement"
+    return (f"manager peak RSS beside {ready:,} ready jobs ({layout}; {launches} launched and committed)",
             f"{serving:.1f} MiB serving; {peak:.1f} MiB after its closing summary")
 
 
-def _rss_child(root: str, launches: int) -> None:
-    """In a fresh process: a 2-worker manager that stops after ``launches`` commits; prints its peak RSS in MiB."""
+def _rss_child(root: str, launches: int, trace: bool = False) -> None:
+    """In a fresh process: a 2-worker manager that stops after ``launches`` commits; prints its peak RSS in MiB.
+
+    With ``trace``, also the largest allocations (by traceback, to stderr) when the traced
+    memory was largest after a discovery pass, and the closing summary's traced peak.
+    """
     ws = Workspace(root)
     manager = new_manager(ws)
     finish = manager.committer.commit_exited
@@ -302,7 +333,36 @@ def _rss_child(root: str, launches: int) -> None:
         return result
 
     manager.committer.commit_exited = committed  # type: ignore[method-assign]
+    largest: list[Any] = [0, None]
+    if trace:
+        tracemalloc.start(8)
+        scan = manager.discovery.scan
+
+        def traced_scan(*args: Any, **kwargs: Any) -> Any:
+            result = scan(*args, **kwargs)
+            # A pass's result still holds what it kept: the moment to see what a pass leaves behind.
+            if tracemalloc.get_traced_memory()[0] > largest[0]:
+                largest[:] = [tracemalloc.get_traced_memory()[0], tracemalloc.take_snapshot()]
+            return result
+
+        manager.discovery.scan = traced_scan  # type: ignore[method-assign]
+        summary = manager.summary
+
+        def traced_summary() -> str:
+            serving_peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.reset_peak()
+            line = summary()
+            print(f"traced peak: serving {serving_peak / 2**20:.1f} MiB, closing summary "
+                  f"{tracemalloc.get_traced_memory()[1] / 2**20:.1f} MiB", file=sys.stderr)
+            return line
+
+        manager.summary = traced_summary  # type: ignore[method-assign]
     manager.run()
+    if largest[1] is not None:
+        print(f"largest after a pass: {largest[0] / 2**20:.1f} MiB traced, by traceback:", file=sys.stderr)
+        for stat in largest[1].statistics("traceback")[:5]:
+            print(f"  {stat.size / 2**20:.2f} MiB in {stat.count} blocks, from {stat.traceback.format()[-2:]}",
+                  file=sys.stderr)
     # The closing summary walks every active job once, at exit: its peak is reported apart.
     print(serving[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
@@ -313,7 +373,8 @@ CASES: dict[str, Callable[[Path, argparse.Namespace], list[tuple[str, str]]]] = 
     "raw": lambda root, a: [case_throughput(root, "raw", a.count, a.rounds)],
     "fanout": lambda root, a: [case_fanout(root, a.children)],
     "history": lambda root, a: [case_history(root, 50, a.history, a.rounds)],
-    "rss": lambda root, a: [case_rss(root, 0), case_rss(root, a.ready)],
+    "rss": lambda root, a: [case_rss(root, 0, trace=a.trace), case_rss(root, a.ready, trace=a.trace),
+                            case_rss(root, a.ready, per_placement=a.per_placement, trace=a.trace)],
 }
 
 
@@ -325,7 +386,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--children", type=int, default=2000, help="children of the fan-out")
     parser.add_argument("--history", type=int, default=50000, help="terminal jobs beside the 50 ready ones")
-    parser.add_argument("--ready", type=int, default=100000, help="ready jobs of the second RSS figure")
+    parser.add_argument("--ready", type=int, default=100000, help="ready jobs of the second and third RSS figures")
+    parser.add_argument("--per-placement", type=int, default=1000,
+                        help="ready jobs per placement directory of the third RSS figure (the second has one)")
+    parser.add_argument("--trace", action="store_true",
+                        help="rss: run each manager under tracemalloc and print its largest allocations to stderr")
     args = parser.parse_args(argv)
     compile_package()
     print("| benchmark | min / median / max |\n| --- | --- |")
@@ -337,6 +402,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["_rss"]:
-        _rss_child(sys.argv[2], int(sys.argv[3]))
+        _rss_child(sys.argv[2], int(sys.argv[3]), trace=sys.argv[4:5] == ["trace"])
     else:
         main()

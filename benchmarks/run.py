@@ -12,8 +12,13 @@ pass`` and ``python -c "import click"``, then ``workspace status`` and ``job lis
 half an hour and several GiB of scratch space: never in CI); ``--jobs`` changes its size.
 The default table ends with the whole-manager cases of ``e2e.py`` (Python SDK, Bash SDK
 and raw-protocol throughput beside their floors, a 2,000-child fan-out, the first launch
-beside 50,000 terminal jobs, a manager's RSS at 0 and 100,000 ready jobs);
+beside 50,000 terminal jobs, a manager's RSS at 0 and 100,000 ready jobs, in one placement and
+1,000 to a placement);
 ``--profile children-20000`` is one parent spawning and gathering 20,000 children (never in CI).
+``--profile scale`` (``scale.py``) measures bulk submission, a manager's throughput and the
+``status``/``job list`` latency at several workspace sizes (``--sizes``), each beside its floor,
+and draws them into a PNG (``--out``, default docs/benchmarks-scale.png) with a CSV beside it;
+about three minutes at the default sizes, eight with 100,000.
 """
 
 from __future__ import annotations
@@ -136,7 +141,7 @@ def print_rows(rows: list[tuple[str, str]]) -> None:
 
 
 def profile(name: str, args: argparse.Namespace) -> None:
-    """The ``inspection``, ``million`` or ``children-20000`` profile, printed as the default one is."""
+    """The ``inspection``, ``million``, ``children-20000`` or ``scale`` profile, printed as the default one is."""
     import inspection  # benchmarks/ is this script's directory, so its siblings import by name
 
     scratch = Path(tempfile.mkdtemp(prefix=f"httk-{name}-", dir=args.scratch))
@@ -146,6 +151,11 @@ def profile(name: str, args: argparse.Namespace) -> None:
 
             e2e.compile_package()
             rows = [e2e.case_fanout(scratch, 20000)]
+        elif name == "scale":
+            import scale
+
+            rows = scale.profile(scratch, [int(size) for size in args.sizes.split(",") if size], Path(args.out),
+                                 batch=args.batch, jobs=args.manager_jobs, runs=args.runs)
         elif name == "million":
             import million
 
@@ -168,17 +178,21 @@ def end_to_end_rows(root: Path, quick: bool) -> list[tuple[str, str]]:
             for kind in ("python", "bash", "raw")]
     rows.append(e2e.case_fanout(root, 200 if quick else 2000))
     rows.append(e2e.case_history(root, 50, 5000 if quick else 50000, rounds))
-    rows += [e2e.case_rss(root, 0), e2e.case_rss(root, 1000 if quick else 100000)]
+    ready = 1000 if quick else 100000
+    rows += [e2e.case_rss(root, 0), e2e.case_rss(root, ready), e2e.case_rss(root, ready, per_placement=ready // 100)]
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller counts")
-    parser.add_argument("--profile", choices=("default", "inspection", "million", "children-20000"), default="default",
-                        help="what to measure (default: the store and the manager)")
+    parser.add_argument("--profile", choices=("default", "inspection", "million", "children-20000", "scale"),
+                        default="default", help="what to measure (default: the store and the manager)")
     parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs of the million profile")
     parser.add_argument("--scratch", help="directory for the profiles' workspaces (default: the system temp one)")
+    import scale  # benchmarks/ is this script's directory
+
+    scale.arguments(parser)
     args = parser.parse_args()
     if args.profile != "default":
         profile(args.profile, args)

@@ -11,7 +11,8 @@
 #
 # Every function below is a thin call into `python -m httk.workflow.shell_bridge`,
 # which drives the same Attempt object as the Python SDK, so both languages publish
-# the same bytes. The normative list of functions is docs/sdks/sdk_parity.md;
+# the same bytes. Inside httk_workflow_main one bridge co-process answers the calls
+# of the attempt (HTTK_WORKFLOW_SHELL_COPROCESS=0: one interpreter per call). The normative list of functions is docs/sdks/sdk_parity.md;
 # the guide is docs/sdks/native_bash_api.md.
 #
 # Exit-code discipline: 0 success; 1 the answer is legitimately absent (an unset
@@ -36,8 +37,137 @@ _HTTK_STEP_PATTERN='^[A-Za-z_][A-Za-z0-9_.-]{0,127}$'
 # The library's own path, so an error inside it is reported at the caller's line.
 _HTTK_LIB=${BASH_SOURCE[0]}
 
+# One bridge call: answered by the co-process of httk_workflow_main when this process can take
+# its token (run and batch need the caller's own stdin and stdout), else by a fresh interpreter.
 _httk_bridge() {
+    local _httk_token
+    if [[ -n ${_HTTK_SERVE_LOCK:-} && $1 != run && $1 != batch ]] && _httk_serve_can "$@" &&
+        IFS= read -r -N1 -t 0.05 -u "$_HTTK_SERVE_LOCK" _httk_token 2>/dev/null; then
+        if kill -0 "$_HTTK_SERVE_PID" 2>/dev/null; then
+            _httk_serve_call "$@"
+            return
+        fi
+        _HTTK_SERVE_LOCK=  # the co-process is gone: the token stays taken, so every caller runs one-shot
+    fi
     "${HTTK_WORKFLOW_PYTHON:-python3}" -m httk.workflow.shell_bridge "$@"
+}
+
+# --------------------------------------------------------------------------- the bridge co-process
+#
+# httk_workflow_main starts `python -m httk.workflow.shell_bridge --serve` once per attempt,
+# so a handler's calls share one interpreter (httk/workflow/shell_serve.py has the wire format).
+# Each call sends the caller's exported variables, working directory and umask with its
+# arguments, and prints the stdout and stderr the call produced, so it behaves as a process
+# of its own. A one-byte token in a FIFO serializes callers: a call that cannot take it
+# within 50 ms (a concurrent call, or a holder killed mid-call) runs one-shot instead.
+
+_httk_serve_start() {
+    local path
+    ((BASH_VERSINFO[0] > 4 || BASH_VERSINFO[1] >= 4)) || return 0  # ${name@a} lists exported variables
+    [[ ${HTTK_WORKFLOW_SHELL_COPROCESS:-1} != 0 ]] || return 0
+    # Start-up is silent (fd 3 keeps stderr for later): if it fails, every call runs one-shot and says why.
+    coproc _HTTK_COPROC {
+        exec 3>&2 2>/dev/null
+        exec "${HTTK_WORKFLOW_PYTHON:-python3}" -m httk.workflow.shell_bridge --serve
+    }
+    _HTTK_SERVE_PID=$_HTTK_COPROC_PID
+    # Copies that survive into subshells (the coproc's own do not); bash keeps them close-on-exec. The
+    # token FIFO opened below is inherited by programs the handler runs, which keeps nothing alive.
+    exec {_HTTK_SERVE_IN}>&"${_HTTK_COPROC[1]}" {_HTTK_SERVE_OUT}<&"${_HTTK_COPROC[0]}"
+    if IFS= read -r -d '' -u "$_HTTK_SERVE_OUT" path && [[ -p $path ]] &&
+        exec {_HTTK_SERVE_LOCK}<>"$path"; then
+        printf T >&"$_HTTK_SERVE_LOCK"
+    else
+        _HTTK_SERVE_LOCK=
+    fi
+}
+
+# A path into the caller's own descriptors (<(...), /dev/stdout, /proc/self/...) means nothing
+# in another process: such a call runs one-shot.
+_httk_serve_can() {
+    local _httk_arg
+    for _httk_arg; do
+        case $_httk_arg in
+            /dev/* | /proc/* | *=/dev/* | *=/proc/*) return 1 ;;
+        esac
+    done
+}
+
+# Ends the co-process before the runner exits, so the manager finds the runner's process group
+# empty. Taking the token for good first makes any later caller (a background job the handler
+# left running) run one-shot; a token that does not come back in 5 s was lost with a killed caller.
+_httk_serve_stop() {
+    local token
+    [[ -n ${_HTTK_SERVE_PID:-} ]] || return 0
+    if [[ -n ${_HTTK_SERVE_LOCK:-} ]] && IFS= read -r -N1 -t 5 -u "$_HTTK_SERVE_LOCK" token 2>/dev/null; then
+        (trap '' PIPE; printf 'stop\n' >&"$_HTTK_SERVE_IN") 2>/dev/null
+    else
+        kill "$_HTTK_SERVE_PID" 2>/dev/null
+    fi
+    _HTTK_SERVE_LOCK=
+    wait "$_HTTK_SERVE_PID" 2>/dev/null
+    _HTTK_SERVE_PID=
+}
+
+_httk_main_exit() {
+    _httk_serve_stop
+    exit "$1"
+}
+
+# Prints one stream of a reply: inline bytes, or the file the co-process spilled them into.
+_httk_serve_print() {
+    case $1 in
+        i*) printf '%s' "${1:1}" ;;
+        f*) cat -- "${1:1}" ;;
+    esac
+}
+
+# Writes one request. SIGPIPE is ignored for the write alone: runners start with it at its default, and
+# a co-process that died but is not yet reaped (kill -0 still answers) must fail the call, not kill
+# the caller. The caller's own PIPE trap is put back afterwards.
+_httk_serve_send() {
+    local _httk_pipe _httk_sent=0
+    _httk_pipe=$(trap -p PIPE)
+    trap '' PIPE
+    { umask && printf '%s\0' "${PWD:-}" "${#_httk_env[@]}" "${_httk_env[@]}" "$#" "$@"; } >&"$_HTTK_SERVE_IN" \
+        2>/dev/null || _httk_sent=1
+    if [[ -n $_httk_pipe ]]; then eval "$_httk_pipe"; else trap - PIPE; fi
+    return "$_httk_sent"
+}
+
+_httk_serve_call() {
+    # Not traced under set -x: the trace would print every exported variable on every call.
+    local - _httk_name _httk_env=() _httk_status _httk_out _httk_err
+    set +x
+    for _httk_name in "${!A@}" "${!B@}" "${!C@}" "${!D@}" "${!E@}" "${!F@}" "${!G@}" "${!H@}" "${!I@}" \
+        "${!J@}" "${!K@}" "${!L@}" "${!M@}" "${!N@}" "${!O@}" "${!P@}" "${!Q@}" "${!R@}" "${!S@}" "${!T@}" \
+        "${!U@}" "${!V@}" "${!W@}" "${!X@}" "${!Y@}" "${!Z@}" "${!a@}" "${!b@}" "${!c@}" "${!d@}" "${!e@}" \
+        "${!f@}" "${!g@}" "${!h@}" "${!i@}" "${!j@}" "${!k@}" "${!l@}" "${!m@}" "${!n@}" "${!o@}" "${!p@}" \
+        "${!q@}" "${!r@}" "${!s@}" "${!t@}" "${!u@}" "${!v@}" "${!w@}" "${!x@}" "${!y@}" "${!z@}" "${!_@}"; do
+        [[ -n ${!_httk_name+set} && ${!_httk_name@a} == *x* ]] && _httk_env+=("$_httk_name=${!_httk_name}")
+    done
+    if ! _httk_serve_send "$@" || ! IFS= read -r -d '' -u "$_HTTK_SERVE_OUT" _httk_status ||
+        ! IFS= read -r -d '' -u "$_HTTK_SERVE_OUT" _httk_out ||
+        ! IFS= read -r -d '' -u "$_HTTK_SERVE_OUT" _httk_err; then
+        _HTTK_SERVE_LOCK=  # a broken channel: keep the token, so every caller runs one-shot from now on
+        printf 'httk-workflow.sh: the bridge co-process ended during %s\n' "$1" >&2
+        return 2
+    fi
+    if [[ $_httk_status == redo ]]; then
+        printf T >&"$_HTTK_SERVE_LOCK"
+        "${HTTK_WORKFLOW_PYTHON:-python3}" -m httk.workflow.shell_bridge "$@"
+        return
+    fi
+    if [[ $_httk_out == i* && $_httk_err == i* ]]; then
+        printf T >&"$_HTTK_SERVE_LOCK"  # before printing: a reader gone (SIGPIPE) must not take the token along
+        printf '%s' "${_httk_out:1}"
+        printf '%s' "${_httk_err:1}" >&2
+    else
+        _httk_serve_print "$_httk_out"
+        _httk_serve_print "$_httk_err" >&2
+        printf T >&"$_HTTK_SERVE_LOCK"  # after: the next request removes the spilled files
+    fi
+    return "$_httk_status"
 }
 
 # One public function, one bridge command. `|| return` keeps a failing bridge call
@@ -162,20 +292,21 @@ httk_workflow_main() {
         _httk_bridge describe
         exit
     fi
+    _httk_serve_start
     step=$(_httk_bridge begin)
     status=$?
     case $status in
         0) ;;
-        1) exit 0 ;;  # not a step of this runner: fail unknown_step is published
-        *) exit "$status" ;;
+        1) _httk_main_exit 0 ;;  # not a step of this runner: fail unknown_step is published
+        *) _httk_main_exit "$status" ;;
     esac
     export HTTK_WORKFLOW_STEP=$step
     (_httk_handler "$step")
     status=$?
     if ((status == 0)); then
-        [[ -e $HTTK_WORKFLOW_CONTROL_DIR/outcome.ready ]] && exit 0
+        [[ -e $HTTK_WORKFLOW_CONTROL_DIR/outcome.ready ]] && _httk_main_exit 0
         _httk_bridge no_outcome
-        exit
+        _httk_main_exit "$?"
     fi
     if [[ ! -e $HTTK_WORKFLOW_CONTROL_DIR/error.json ]]; then
         # Killed before either trap could run.
@@ -183,7 +314,7 @@ httk_workflow_main() {
         _httk_bridge error --kind exit --step "$step" --status "$status" --file "$_HTTK_STEP_FILE" \
             --command "(the handler ended with status $status)"
     fi
-    exit "$status"
+    _httk_main_exit "$status"
 }
 
 # --------------------------------------------------------------------------- reading

@@ -142,3 +142,11 @@ def test_a_thread_importing_yaml_while_the_composition_root_loads_is_not_refused
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True"]
+
+
+def test_a_forwarded_commands_marker_does_not_reach_runners():
+    from httk.workflow.bootstrap import attempt_base_env
+    from httk.workflow.store.workspaces import FORWARDED_ENV
+
+    env = attempt_base_env({"PATH": "/usr/bin", FORWARDED_ENV: "ci", "KEEP": "1"})
+    assert FORWARDED_ENV not in env and env["KEEP"] == "1"

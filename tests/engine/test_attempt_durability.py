@@ -41,3 +41,12 @@ def test_a_durable_attempt_directory_and_its_context_survive_power_loss_at_launc
 def test_a_no_durable_workspace_syncs_none_of_it() -> None:
     # The same run without durability: the names were never synced, so the crash takes them.
     assert _run_with_power_loss_at_launch(durable=False)["control"] is False
+
+
+def test_a_manager_that_stops_releases_its_launcher() -> None:
+    # The preloaded Python launcher lives as long as the manager that launches through it.
+    ports, handle, [_marker] = memory_workspace(durable=False)
+    manager: Any = memory_manager(handle, lambda launch: 0)
+    assert manager.proc.closed == 0
+    manager.run()
+    assert manager.proc.closed == 1

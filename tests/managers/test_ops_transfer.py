@@ -198,12 +198,54 @@ def test_kill_9_after_every_step_then_repeat_or_resume(world, step):
     # Odd steps resume explicitly, even ones repeat the command as it was.
     again = command + ["--resume"] if STEPS.index(step) % 2 else command
     done = httk(world, *again)
-    assert "transferred 2 jobs" in done.stdout, done.stdout
+    if step == "source:retired":  # the killed run had done everything: this one moves nothing
+        assert "2 jobs already transferred" in done.stdout and "nothing to do" in done.stdout, done.stdout
+    else:
+        assert "transferred 2 jobs" in done.stdout, done.stdout
     assert jobs_of(a) == {"later": "submitted"}, step
     assert jobs_of(b) == {"ok": "succeeded", "bad": "failed"}, step
     log = json.loads(httk(world, "job", "log", str(b), "ok", "--json").stdout)
     assert [entry["event"] for entry in log][-2:] == ["transfer_detach", "transfer_import"]
     assert json.loads(httk(world, "workspace", "fsck", str(b), "--json").stdout)["clean"] is True
+
+
+def test_a_killed_transfer_is_named_by_job_why_and_status_and_its_resume_counts_every_job(world):
+    a, b = world / "ws-a", world / "ws-b"
+    command = ["transfer", str(a), str(b), "--job", "ok", "--job", "bad"]
+    killed = httk(world, *command, code=None, HTTK_WORKFLOW_TEST_STOP_AFTER="source:bundled")
+    assert killed.returncode == -9
+    assert jobs_of(a)["ok"] == "transferring"
+    [ledger] = [path.name for path in (a / ".httk-workflow" / "transfers").iterdir()]
+    resume = f"httk workflow transfer {a} {b} --resume"
+    why = httk(world, "job", "why", str(a), "ok")
+    assert f"held by transfer {ledger} to {b}, unfinished at step bundled" in why.stdout, why.stdout
+    assert f"'{resume}'" in why.stdout and "nothing to do" not in why.stdout
+    status = httk(world, "workspace", "status", str(a))
+    assert f"2 jobs held by unfinished transfer {ledger} to {b} (at step bundled): finish it with '{resume}'" \
+        in status.stdout, status.stdout
+    held = json.loads(httk(world, "workspace", "status", str(a), "--json").stdout)["unfinished_transfers"]
+    assert [(entry["transfer_id"], len(entry["jobs"]), entry["resume"]) for entry in held] == [(ledger, 2, resume)]
+    done = httk(world, *command[:3], "--resume")
+    # Both jobs were in the interrupted transfer: counted by job, not by transfer.
+    assert "transferred 2 jobs" in done.stdout and "all of them finished an interrupted transfer" in done.stdout, \
+        done.stdout
+    assert json.loads(httk(world, "workspace", "status", str(a), "--json").stdout)["unfinished_transfers"] == []
+
+
+def test_repeating_a_finished_transfer_says_it_was_done_and_moves_nothing(world):
+    a, b = world / "ws-a", world / "ws-b"
+    first = json.loads(httk(world, "transfer", str(a), str(b), "--job", "ok", "--json").stdout)
+    [moved] = first["transfers"]
+    assert moved["already"] is False and moved["resumed"] is False
+    before = (tree(a), tree(b))
+    again = httk(world, "transfer", str(a), str(b), "--job", "ok")
+    assert again.stdout == (f"1 job already transferred from {a} to {b} by {moved['transfer_id']}; "
+                            "nothing to do\n"), again.stdout
+    report = json.loads(httk(world, "transfer", str(a), str(b), "--job", "ok", "--json").stdout)
+    [outcome] = report["transfers"]
+    assert outcome["already"] is True and outcome["resumed"] is False and outcome["state"] == "retired"
+    assert "already transferred" in report["summary"]
+    assert (tree(a), tree(b)) == before
 
 
 # -- refusals: one line naming the thing and the fix, exit 2, both trees unchanged ------------------

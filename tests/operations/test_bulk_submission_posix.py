@@ -79,3 +79,21 @@ def test_workspace_submit_many_submits_in_order_and_refuses_writing_nothing(tmp_
     with pytest.raises(SubmissionError, match=r"src/p4/job.json: missing.*payload 5 of 6"):
         workspace.submit_many(payloads, "camp/b")
     assert tree(tmp_path / "ws") == before
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_workspace_submit_specs_writes_the_prepared_job_json_and_refuses_writing_nothing(tmp_path, durable):
+    workspace = Workspace.init(tmp_path / "ws", durable=durable)
+    markers = workspace.submit_specs(specs(6), ["camp/a", "camp/b"] * 3)
+    prepared = prepare_job_payloads([(tmp_path / f"src/p{index}", spec) for index, spec in enumerate(specs(6))])
+    for index, marker in enumerate(markers):
+        job = tmp_path / "ws" / marker.placement / str(marker.key)
+        assert os.listdir(job) == ["job.json"]
+        assert (job / "job.json").read_bytes() == (prepared[index] / "job.json").read_bytes()
+        assert (tmp_path / f"ws/.httk-workflow/state/submitted/{marker.placement}" / marker.name).is_file()
+    assert os.listdir(tmp_path / "ws/.httk-workflow/tmp") == []
+    before = tree(tmp_path / "ws")
+    bad = [*specs(2), JobSpec(name="x", workflow="w", runner_path="/abs/run.sh")]
+    with pytest.raises(SubmissionError, match=r"^job spec 3 \(name 'x'\): job\.json @ \$\.runner\.path.*spec 3 of 3"):
+        workspace.submit_specs(bad, "camp/c")
+    assert tree(tmp_path / "ws") == before

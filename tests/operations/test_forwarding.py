@@ -12,7 +12,15 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from httk.workflow.operations.forwarding import LocalPath, RemoteSession, run_forwarded, stage
+from httk.workflow.operations.forwarding import (
+    PRECHECK_SECONDS,
+    LocalPath,
+    RemoteSession,
+    run_forwarded,
+    save_scripts,
+    stage,
+    unresolved_settings,
+)
 from httk.workflow.operations.remote_staging import Upload
 from httk.workflow.operations.remotes import Remote, RemoteError, RemoteReference, Template
 from httk.workflow.ports import CommandResult, TransportError
@@ -134,3 +142,46 @@ def test_without_uploads_the_command_runs_in_the_login_directory_as_spelled():
     assert code == 0
     [streamed] = transport.calls
     assert streamed[0] == "stream" and streamed[-1] == "runs" and "/there/ws" not in streamed
+
+
+def test_every_command_there_is_launched_forwarded_as_the_remote():
+    """The launcher exports HTTK_WORKFLOW_FORWARDED_AS=REMOTE, so the remote's fix hints say 'kappa:'."""
+    transport = StreamingTransport()
+    run_forwarded(session(transport), RemoteReference("kappa", "runs"), lambda ws: ["workflow", "job", "list", ws],
+                  [], memory_ports().fs, timeout=None, out=lambda data: None, err=lambda data: None, warn=print)
+    [streamed] = transport.calls
+    assert streamed[1:3] == ["sh", "-c"] and "HTTK_WORKFLOW_FORWARDED_AS=$2" in streamed[3]
+    assert streamed[4:7] == ["httk-workflow", "", "kappa"] and streamed[-3:] == ["job", "list", "runs"]
+
+
+class SlowTransport(StreamingTransport):
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None) -> CommandResult:
+        self.calls.append([*argv, f"timeout={timeout}"])
+        raise TransportError("ssh kappa: the command did not finish within 60 s")
+
+
+def test_runs_settings_advice_never_stops_a_submission():
+    warnings: list[str] = []
+    transport = SlowTransport()
+    assert unresolved_settings(session(transport), "/there/ws", warnings.append) == []
+    assert transport.calls[0][-1] == f"timeout={PRECHECK_SECONDS}"
+    assert warnings == ["remote kappa: the pending jobs' settings were not checked (ssh kappa: the command did not "
+                        "finish within 60 s); see 'httk workflow precheck kappa:/there/ws'"]
+
+
+def test_a_copy_of_each_submitted_script_is_kept_beside_its_output_atomically():
+    transport = StreamingTransport()
+    template = Template("local", "this machine", "local", "local", {})
+
+    class Batch:
+        name = "slurm"
+
+    warnings: list[str] = []
+    kept = RemoteSession(Remote("kappa", template, {}), transport, batch=Batch())  # type: ignore[arg-type]
+    save_scripts(kept, "/ws/.httk-workflow/batch", "#!/bin/sh\n", ["41", "42"], warnings.append)
+    [call] = transport.calls
+    assert call[:2] == ["sh", "-c"] and call[3:] == ["httk-workflow", "/ws/.httk-workflow/batch", "slurm-41.sh",
+                                                      "slurm-42.sh"]
+    assert "mv -f" in call[2] and warnings == []
+    save_scripts(kept, "/ws/.httk-workflow/batch", "#!/bin/sh\n", [], warnings.append)
+    assert len(transport.calls) == 1  # nothing submitted, nothing kept

@@ -76,3 +76,21 @@ def test_a_scheduler_refusal_of_the_first_is_its_own_error():
     batch = ScriptedBatch(SubmitLimits(), accepts=0)
     with pytest.raises(BatchSystemError, match="QOSMaxSubmitJobPerUserLimit"):
         submit_managers(batch, "s\n", workdir="/w", requested=2, settings={})
+
+
+def test_sbatch_refusing_an_unlisted_partition_names_the_setting_the_partitions_and_the_command():
+    limits = SubmitLimits(unknown_partitions=("nosuchpart",), site_partitions=("batch", "debug"),
+                          partition_setting="slurm.partition")
+    batch = ScriptedBatch(limits, accepts=0)
+    with pytest.raises(BatchSystemError) as refused:
+        submit_managers(batch, "s\n", workdir="/w", requested=1, settings={"slurm.partition": "nosuchpart"},
+                        workspace="ci:walk")
+    assert str(refused.value) == (
+        "scripted: sbatch failed (exit 1): sbatch: error: QOSMaxSubmitJobPerUserLimit; slurm.partition names "
+        "partition nosuchpart, which the scheduler does not list (its partitions: batch, debug); set "
+        "slurm.partition to one of them ('httk workflow workspace settings set ci:walk slurm.partition NAME')")
+    # A refusal with the partition known to the site is left as the scheduler worded it.
+    with pytest.raises(BatchSystemError) as plain:
+        submit_managers(ScriptedBatch(SubmitLimits(site_partitions=("batch",)), accepts=0), "s\n", workdir="/w",
+                        requested=1, settings={}, workspace="ci:walk")
+    assert str(plain.value).endswith("QOSMaxSubmitJobPerUserLimit")

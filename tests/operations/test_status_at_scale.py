@@ -92,3 +92,16 @@ def test_status_within_the_limit_reports_every_damaged_job_and_no_unchecked_memb
     report = inspection.status(handle)
     assert [entry["job"] for entry in report["damage"]] == [str(markers[1].key)]
     assert "damage_unchecked" not in report
+
+
+def test_a_transfer_ledger_that_does_not_read_is_reported_not_refused():
+    from httk.workflow.store.transfer_ledger import SOURCE, Ledger
+
+    ports, handle, _markers = memory_workspace(durable=False)
+    ledger = Ledger(ports.fs, handle.layout, "t-0123456789ab", SOURCE, durable=False, clock=ports.clock)
+    ledger.create({"destination": {"label": "ci:runs"}})
+    ledger.record("planned", {"jobs": []})
+    ports.fs.write_atomic(ledger.slot_file(1), b"{not json", durable=False)
+    report = inspection.status(handle)
+    [held] = report["unfinished_transfers"]
+    assert held["transfer_id"] == "t-0123456789ab" and "steps/1.json" in held["problem"] and "resume" not in held

@@ -94,16 +94,23 @@ def test_a_spawn_refused_midway_releases_the_ids_it_reserved_so_a_later_spawn_ma
     ports, handle = workspace()
     first = add_job(handle)
     fs = ports.fs
-    write_new = fs.write_new
+    write_new, rename = fs.write_new, fs.rename
     raced = [False]
 
-    def racing(path, data, *, durable):
+    def race(path):
         if not raced[0] and path == handle.layout.id_reservation(OTHER_ID):
             raced[0] = True
             submit(handle, "/src/p", "elsewhere", job_id=OTHER_ID)  # another job, at another placement
+
+    def racing(path, data, *, durable):
+        race(path)
         return write_new(path, data, durable=durable)
 
-    fs.write_new = racing
+    def racing_rename(source, destination, *, durable):  # a group reservation renames its synced temp
+        race(destination)
+        return rename(source, destination, durable=durable)
+
+    fs.write_new, fs.rename = racing, racing_rename
     children = [("a", CHILD, "kids"), ("b", OTHER, "kids")]
     behaviour = publisher(fs, _spawning({first.job_id}, children))
     _manager(handle, ports, behaviour, "p").run()

@@ -198,16 +198,23 @@ def test_a_clash_arising_mid_commit_leaves_no_payload_of_the_refused_outcome_wha
         ports, handle = workspace()
         parent = add_job(handle)
         fs = ports.fs
-        write_new = fs.write_new
+        write_new, rename = fs.write_new, fs.rename
         taken = [False]
 
-        def racing_reservation(path, data, *, durable):
+        def race(path):
             if not taken[0] and path == handle.layout.id_reservation(OTHER_ID):
                 taken[0] = True  # set first: the competing submission reserves the id too
                 submit(handle, "/src/p", "kids", tag="b", job_id=OTHER_ID)
+
+        def racing_reservation(path, data, *, durable):
+            race(path)
             return write_new(path, data, durable=durable)
 
-        fs.write_new = racing_reservation
+        def racing_rename(source, destination, *, durable):  # a group reservation renames its synced temp
+            race(destination)
+            return rename(source, destination, durable=durable)
+
+        fs.write_new, fs.rename = racing_reservation, racing_rename
         tree = _children_of_parents({parent.job_id}, children)
         fresh, crashed = crash_and_recover(ports, handle, publisher(ports.fs, tree), point, _of(parent.job_id))
         return (ports, fresh, parent.job_id), crashed

@@ -76,13 +76,19 @@ def test_init_status_settings_and_run_through_the_local_batch_system(cli, here, 
     assert cli("workspace", "settings", "set", f"{here}:runs", "manager.workers", "2").stdout == "manager.workers = 2\n"
     assert cli.json("workspace", "settings", "show", f"{here}:runs") == {"manager.workers": 2}
     refused = cli("workspace", "settings", "show", f"{here}:nope", code=2)
-    assert refused.stderr.startswith("error: nope: neither a directory nor a registered workspace name")
+    # Named as the user typed it, with the remote's registry to look in (not this machine's).
+    assert refused.stderr == (f"error: remote {here}: nope: neither a directory nor a registered workspace name "
+                              f"there; see 'httk workflow workspace list {here}:'\n")
 
     key = cli("job", "submit", str(path), str(write_payload(tmp_path / "payload")), "--placement", "p").stdout.strip()
     submitted = cli("run", f"{here}:runs", "--idle-timeout", "60").stdout
     match = re.fullmatch(rf"submitted local job ([\d.]+) on here: a manager for {re.escape(str(path))}\n", submitted)
     assert match, submitted
     job_id = match[1]
+    # What was submitted is kept beside its output, named by the batch job id; no temp file is left.
+    script = Path(path, ".httk-workflow", "batch", f"local-{job_id}.sh").read_text()
+    assert script.startswith("#!/bin/sh\n") and f"workflow run {path} --workers 2" in script
+    assert not [name for name in Path(path, ".httk-workflow", "batch").iterdir() if name.name.startswith(".")]
 
     def finished():
         report = cli.json("manager", "status", f"{here}:runs", "--job", job_id)
@@ -93,6 +99,38 @@ def test_init_status_settings_and_run_through_the_local_batch_system(cli, here, 
     assert cli.json("job", "show", str(path), key)["kind"] == "succeeded"
     log = Path(path, ".httk-workflow", "batch", f"local-{job_id.split('.')[0]}.out").read_text()
     assert "workers 2" in log and "1 succeeded" in log
+
+
+SI_POSCAR = "Si2\n5.43\n0 .5 .5\n.5 0 .5\n.5 .5 0\nSi\n2\nDirect\n0 0 0\n.25 .25 .25\n"
+
+
+def test_run_warns_before_submitting_when_a_pending_job_lacks_a_required_setting(cli, here, tmp_path,
+                                                                                  monkeypatch):
+    path = tmp_path / "runs"
+    cli("workspace", "init", f"{here}:{path}", "--name", "runs")
+    (tmp_path / "POSCAR").write_text(SI_POSCAR)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HTTK_VASP_COMMAND", raising=False)
+    key = cli("job", "new", str(path), "--workflow", "vasp-relax", "--input", "structure=POSCAR").stdout.strip()
+    # Still submitted when run looks; the manager applies the pause, so it never starts the runner.
+    cli("job", "request", str(path), key, "pause", "--operator", "me")
+    result = cli("run", f"{here}:runs", "--idle-timeout", "1")
+    assert result.stderr == (f"warning: remote {here}: setting vasp.command is required by 1 pending job(s) ({key}) "
+                             f"and resolves to nothing: set it with 'httk workflow workspace settings set "
+                             f"{here}:{path} vasp.command VALUE', or export HTTK_VASP_COMMAND in the manager's "
+                             "environment\n"), result.stderr
+    job_id = re.fullmatch(r"submitted local job ([\d.]+) on here: .*\n", result.stdout)[1]
+
+    def finished():
+        entry = cli.json("manager", "status", f"{here}:runs", "--job", job_id)["jobs"][job_id]
+        return entry if entry["finished"] else None
+
+    wait_until(finished, 120, f"local manager {job_id} exiting")
+    cli("workspace", "settings", "set", f"{here}:runs", "vasp.command", "mock-vasp")
+    quiet = cli("run", f"{here}:runs", "--idle-timeout", "1")
+    assert quiet.stderr == ""
+    job_id = re.fullmatch(r"submitted local job ([\d.]+) on here: .*\n", quiet.stdout)[1]
+    wait_until(finished, 120, f"local manager {job_id} exiting")
 
 
 def test_manager_status_without_job_asks_about_the_managers_the_workspace_records(cli, here, tmp_path):

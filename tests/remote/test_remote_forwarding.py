@@ -163,6 +163,57 @@ def test_job_new_stages_the_local_input_file(cli, here, ws, tmp_path, monkeypatc
     assert refused.stderr.startswith("error: ") and "NOPE" in refused.stderr
 
 
+def test_a_forwarded_commands_fix_hints_name_the_remote(cli, here, ws, tmp_path, monkeypatch):
+    """Pasting the fix a remote gives must act there: every workspace in a hint carries 'here:'."""
+    key = cli("job", "submit", str(ws), str(write_payload(tmp_path / "p1")), "--placement", "p").stdout.strip()
+    before = sorted(p.relative_to(ws) for p in ws.rglob("*"))
+    unknown = cli("workspace", "status", "here:nosuch", code=2)
+    assert unknown.stderr == ("error: remote here: nosuch: neither a directory nor a registered workspace name "
+                              "there; see 'httk workflow workspace list here:'\n")
+    # Locally the same mistake names this machine's registry.
+    assert cli("workspace", "status", "nosuch", code=2).stderr.endswith("see 'httk workflow workspace list'\n")
+    absent = tmp_path / "nosuchdir"
+    not_there = cli("workspace", "status", f"here:{absent}", code=2)
+    assert f"create it with 'httk workflow workspace init here:{absent}'" in not_there.stderr
+    moved = cli("transfer", str(ws), f"here:{absent}", "--job", key, code=2)
+    assert f"create it with 'httk workflow workspace init here:{absent}'" in moved.stderr, moved.stderr
+    assert not absent.exists()
+    # job new sends local files: a missing one is missing here, not at a path on the remote.
+    monkeypatch.chdir(tmp_path)
+    missing = cli("job", "new", "here:runs", "--workflow", "vasp-relax", "--input", "structure=NOPOSCAR", code=2)
+    assert missing.stderr == ("error: --input structure: no file 'NOPOSCAR' on the machine that ran 'job new' (it "
+                              "sends the --input files it finds there to remote here); give the path of an existing "
+                              "local file\n"), missing.stderr
+    local = cli("job", "new", "runs", "--workflow", "vasp-relax", "--input", "structure=NOPOSCAR", code=2)
+    assert f"looked at {tmp_path / 'NOPOSCAR'}" in local.stderr
+    # Every one refused before writing: the job did not move, no workspace appeared, nothing was added.
+    assert sorted(p.relative_to(ws) for p in ws.rglob("*")) == before
+
+
+def test_precheck_blocks_a_job_whose_required_setting_resolves_to_nothing(cli, here, ws, tmp_path, monkeypatch):
+    (tmp_path / "POSCAR").write_text(SI_POSCAR)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HTTK_VASP_COMMAND", raising=False)
+    key = cli("job", "new", "runs", "--workflow", "vasp-relax", "--input", "structure=POSCAR").stdout.strip()
+    local = cli("precheck", str(ws), code=1)
+    assert (f"{key} setting: broken: required setting vasp.command resolves to nothing" in local.stdout
+            and f"'httk workflow workspace settings set {ws} vasp.command VALUE'" in local.stdout
+            and "HTTK_VASP_COMMAND" in local.stdout), local.stdout
+    assert local.stdout.rstrip().endswith("problems found")
+    # Forwarded, the fix names the workspace as it is typed here.
+    forwarded = cli("precheck", "here:runs", "--json", code=1)
+    report = json.loads(forwarded.stdout)
+    [missing] = report["settings_missing"]
+    assert missing["setting"] == "vasp.command" and missing["jobs"] == [key]
+    assert missing["fix"] == f"httk workflow workspace settings set here:{ws} vasp.command VALUE"
+    # A job input, the HTTK_ variable or the workspace setting each resolves it.
+    monkeypatch.setenv("HTTK_VASP_COMMAND", "mock-vasp")
+    assert "vasp.command" not in cli("precheck", str(ws), code=None).stdout
+    monkeypatch.delenv("HTTK_VASP_COMMAND")
+    cli("workspace", "settings", "set", str(ws), "vasp.command", "mock-vasp")
+    assert json.loads(cli("precheck", str(ws), "--json", code=None).stdout)["settings_missing"] == []
+
+
 def test_job_debug_sends_the_payload_and_returns_its_exit_status(cli, here, ws, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_payload(tmp_path / "good")

@@ -88,12 +88,32 @@ def test_run_submits_a_manager_that_finishes_the_job(cli, remote_workspace, tmp_
     assert '"succeeded"' in job.stdout or "succeeded" in job.stdout
     log = ssh.run(["cat", f"{ws['path']}/.httk-workflow/batch/slurm-{job_id}.out"]).stdout
     assert "workers 2" in log and "1 succeeded" in log
+    # The script sbatch read on stdin is kept beside its output, named by the job id.
+    script = ssh.run(["cat", f"{ws['path']}/.httk-workflow/batch/slurm-{job_id}.sh"]).stdout
+    assert f"#SBATCH --partition={ws['infra']['CI_SLURM_PARTITION']}\n" in script and "workflow run" in script
     # The manager ran as the SSH user, with the directives from the workspace settings.
     shown = ssh.run(["scontrol", "show", "job", job_id]).stdout
     assert f"UserId={ws['infra']['CI_SSH_USER']}(" in shown
     assert "TimeLimit=00:10:00" in shown and f"Partition={ws['infra']['CI_SLURM_PARTITION']}" in shown
     assert "ExitCode=0:0" in shown
     assert "COMPLETED (finished, succeeded)" in cli("manager", "status", name, "--job", job_id).stdout
+
+
+def test_a_partition_sbatch_refuses_names_the_setting_the_sites_partitions_and_the_fix(cli, remote_workspace):
+    ws = remote_workspace
+    name = f"kappa:{ws['name']}"
+    cli("workspace", "settings", "set", name, "slurm.partition", "nosuchpart")
+    refused = cli("run", name, "--idle-timeout", "5", code=2)
+    partition = ws["infra"]["CI_SLURM_PARTITION"]
+    assert refused.stdout == "" and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith("error: remote kappa: slurm: sbatch failed (exit 1): ")
+    assert "slurm.partition names partition nosuchpart, which the scheduler does not list (its partitions: " \
+        in refused.stderr and partition in refused.stderr.split("its partitions: ", 1)[1]
+    assert refused.stderr.rstrip().endswith(
+        f"('httk workflow workspace settings set {name} slurm.partition NAME')"), refused.stderr
+    # Nothing was submitted, so no script copy either.
+    listing = ws["ssh"].run(["sh", "-c", f"ls -A {ws['path']}/.httk-workflow/batch 2>/dev/null"]).stdout
+    assert listing.strip() == ""
 
 
 def test_squeue_states_of_a_running_and_a_cancelled_manager(cli, remote_workspace):

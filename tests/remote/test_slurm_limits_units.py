@@ -120,6 +120,23 @@ def test_association_max_submit_minus_queued():
     assert unknown.max_submit == 7
 
 
+def test_a_partition_the_site_does_not_list_is_recorded_with_the_sites_partitions():
+    partitions = parse_partitions(sample("scontrol-partitions-two.txt"))
+    names = tuple(p.name for p in partitions)
+    limits = limits_from_reports(partitions=partitions, wanted=["nosuchpart"], queued=0, associations=None,
+                                 account="", qos_rows=None, job_wall=None)
+    assert (limits.unknown_partitions, limits.site_partitions) == (("nosuchpart",), names)
+    assert limits.partition_setting == "slurm.partition"
+    # Not a refusal by itself (a hidden partition is not listed either): sbatch decides.
+    assert allowed_submissions(1, limits).count == 1
+    known = limits_from_reports(partitions=partitions, wanted=[names[0]], queued=0, associations=None,
+                                account="", qos_rows=None, job_wall=None)
+    assert known.unknown_partitions == ()
+    unread = limits_from_reports(partitions=[], wanted=["nosuchpart"], queued=0, associations=None,
+                                 account="", qos_rows=None, job_wall=None)
+    assert (unread.unknown_partitions, unread.site_partitions) == ((), ())
+
+
 def test_a_drained_partition_admits_nothing_and_a_too_long_time_limit_neither():
     partitions = parse_partitions(sample("scontrol-partitions-two.txt"))
     drained = limits_from_reports(partitions=partitions, wanted=["httk-rec"], queued=0, associations=None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -80,3 +81,25 @@ def test_an_attempt_bound_bridge_call_loads_no_manager_side_module(make_attempt)
     }
     assert unwanted.isdisjoint(modules), unwanted.intersection(modules)
     assert "cattrs" in modules  # context.json is still structured by the one converter
+
+
+def test_the_bash_coprocess_loads_no_manager_side_module_either(make_attempt, tmp_path):
+    """The co-process answers every call of an attempt: what it imports stays what one call imports."""
+    attempt = make_attempt("start")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code = (
+        "import json, os, sys\n"
+        "from httk.workflow.shell_bridge import Session, command_name, dispatch\n"
+        "from httk.workflow.shell_serve import Server\n"
+        "server = Server(dispatch, Session, command_name)\n"
+        "reply = server.answer(0o22, os.getcwd(), dict(os.environ), ['state_set', 'k', '1'])\n"
+        "print(json.dumps([reply.decode(), sorted(sys.modules)]))\n"
+    )
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, cwd=attempt.workdir, env=env)
+    reply, modules = json.loads(result.stdout)
+    assert reply == "0\0i\0i\0"
+    assert json.loads((attempt.payload / ".httk-job" / "state.json").read_bytes()) == {"k": 1}
+    unwanted = {"httk.workflow.domain.frames", "httk.workflow.domain.lifecycle", "hashlib", "signal", "subprocess"}
+    assert unwanted.isdisjoint(modules), unwanted.intersection(modules)

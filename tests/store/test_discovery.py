@@ -98,3 +98,17 @@ def test_a_flat_placement_costs_its_names_not_its_listing(tmp_path):
         tracemalloc.stop()
     assert len(first.markers) == 256 and not first.cycle_complete
     assert kept < count * 250, f"{kept / count:.0f} bytes kept per name"
+
+
+def test_an_unordered_walk_yields_what_the_sorted_one_does_once_under_nested_prefixes():
+    from httk.workflow.store.discovery import walk_names
+
+    _ports, handle, _ = memory_workspace(jobs=2, placement="a")
+    for placement in ("a/b", "a/b", "ab", "c/a"):
+        submit(handle, "/src/p", placement)
+    fs, layout = handle.fs, handle.layout
+    everything = list(walk_names(fs, layout, StateKind.SUBMITTED))
+    assert [placement for placement, _ in everything] == ["a", "a", "a/b", "a/b", "ab", "c/a"]
+    assert sorted(walk_names(fs, layout, StateKind.SUBMITTED, ordered=False)) == sorted(everything)
+    served = list(walk_names(fs, layout, StateKind.SUBMITTED, prefixes=("a/b", "/a/"), ordered=False))
+    assert sorted(served) == sorted(item for item in everything if item[0] in ("a", "a/b"))

@@ -47,6 +47,53 @@ def test_submit_then_transitions_read_back(handle):
     assert [m.job_id for m in store.iter_markers(StateKind.CLAIMED)] == [marker.job_id]
 
 
+def test_a_transition_carries_the_state_but_not_the_previous_frames_attribution(handle):
+    """reason, operator, operator_key, request_id and the transfer/cancellation notes describe one transition."""
+    marker = submitted(handle)
+    store = handle.store
+    frame = store.read_job(marker).frame
+    note = {"id": "t-0123456789ab", "origin": "submitted", "from": "local", "to": "ci:walk"}
+    ready, frame = store.transition(marker, frame, Event.REGISTER, step="main", reason="transfer t-0123456789ab",
+                                    operator="rar", operator_key="k1", request_id="r1",
+                                    notes={"transfer": note, "cancellation": {"verified": "x"}, "keep": 1})
+    assert (frame.reason, frame.operator, frame.notes["transfer"]) == ("transfer t-0123456789ab", "rar", note)
+    claimed, frame = store.transition(ready, frame, Event.CLAIM, owner=Owner("m", "h", 30.0, 0.0))
+    assert (frame.reason, frame.operator, frame.operator_key, frame.request_id) == (None, None, None, None)
+    # The job's state goes on: step, owner, and notes that are not one transition's.
+    assert frame.step == "main" and frame.owner.manager_id == "m" and frame.notes == {"keep": 1}
+    _, frame = store.transition(claimed, frame, Event.LAUNCH, reason="given")
+    assert frame.reason == "given" and frame.owner.manager_id == "m"
+
+
+def test_a_requested_pause_is_attributed_to_its_request_until_it_completes(handle):
+    marker = submitted(handle)
+    store = handle.store
+    ready, frame = store.transition(marker, store.read_job(marker).frame, Event.REGISTER, step="main")
+    claimed, frame = store.transition(ready, frame, Event.CLAIM, owner=Owner("m", "h", 30.0, 0.0))
+    running, frame = store.transition(claimed, frame, Event.LAUNCH)
+    asked = {"operator": "rar", "operator_key": "k1", "reason": "maintenance", "request_id": "r1"}
+    running, frame = store.transition(running, frame, Event.DEFER_PAUSE, pause_requested=True, **asked)
+    committing, frame = store.transition(running, frame, Event.PUBLISH)
+    assert {name: getattr(frame, name) for name in asked} == asked  # the runner's publish is not the pause
+    paused, frame = store.transition(committing, frame, Event.COMMIT_PAUSE, pause_requested=False, owner=None)
+    assert {name: getattr(frame, name) for name in asked} == asked  # the pause completed: still the request's
+    _, frame = store.transition(paused, frame, Event.OPERATOR_CONTINUE)
+    assert (frame.operator, frame.reason, frame.request_id) == (None, None, None)
+
+
+def test_the_submit_entry_of_job_log_and_show_has_the_submission_time(handle):
+    from httk.workflow.operations.inspection import job_log, show_job
+
+    before = handle.ports.clock.now()
+    marker = submitted(handle)
+    first = job_log(handle, marker)[0]
+    assert first["event"] == "submit" and first["generation"] == 0
+    assert isinstance(first["created_at"], float) and first["created_at"] >= before - 1
+    assert show_job(handle, marker)["created_at"] == first["created_at"]
+    ready, _ = handle.store.transition(marker, handle.store.read_job(marker).frame, Event.REGISTER)
+    assert job_log(handle, ready)[0]["created_at"] == first["created_at"]
+
+
 def test_lost_race_is_reported_and_changes_nothing(handle):
     marker = submitted(handle)
     store = handle.store

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +24,12 @@ from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.plugins import EntryPointCatalog
+from .injector_import import import_dependency_injector
 from .languages.installation import find_module
 from .operations.registry import Registry
 from .operations.remotes import Remote, RemoteRegistry
 from .ports import BatchSystem, Clock, Filesystem, Ids, ProcessControl, RemoteTransport, Signer, Verifier
-from .store.workspaces import Ports, WorkspaceHandle, WorkspaceService
+from .store.workspaces import FORWARDED_ENV, Ports, WorkspaceHandle, WorkspaceService
 
 if TYPE_CHECKING:
     # The manager, its launch settings and the garbage collector are imported by the providers
@@ -37,46 +37,7 @@ if TYPE_CHECKING:
     from .engine.attempts import LaunchSettings
     from .engine.manager import Manager, ManagerConfig
 
-#: Optional backends dependency-injector imports at its own import when they are installed
-#: (``Configuration.from_yaml``/``from_pydantic``, which this package never calls).
-_UNUSED_BACKENDS = frozenset({"yaml", "pydantic_settings", "pydantic"})
-
-
-class _HideBackends:
-    """A meta-path finder under which the unused backends are not installed."""
-
-    @staticmethod
-    def find_spec(name: str, path: object = None, target: object = None) -> None:
-        if name.split(".", 1)[0] in _UNUSED_BACKENDS:
-            raise ModuleNotFoundError(f"{name} is hidden while dependency-injector is imported", name=name)
-
-
-def _import_dependency_injector() -> None:
-    """Import dependency-injector with its unused optional backends hidden for the length of the import.
-
-    With pydantic and PyYAML installed (pymatgen brings them), its ``providers`` module
-    imports them eagerly: about 0.3 s of every command's start-up. A backend already
-    imported is used as it is, and every one is importable as usual afterwards.
-
-    The finder is process-wide, so it is installed only while this is the only
-    thread (the CLI; ``threading`` knows of no other): a program that imports this
-    module lazily with other threads running (an SDK program through
-    ``workspace.py``) imports dependency-injector plainly, slower but without
-    refusing another thread's ``import yaml``. The trick relies on how
-    dependency-injector imports its backends; pyproject.toml pins the tested range.
-    """
-    if threading.active_count() != 1:
-        import dependency_injector.containers  # noqa: F401
-        return
-    finder = _HideBackends()
-    sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
-    try:
-        import dependency_injector.containers  # noqa: F401  (imports .providers)
-    finally:
-        sys.meta_path.remove(finder)  # type: ignore[arg-type]
-
-
-_import_dependency_injector()
+import_dependency_injector()
 
 from dependency_injector import containers, providers  # noqa: E402  (after the guard above)
 
@@ -112,7 +73,8 @@ def _process_control() -> ProcessControl:
     # Imported on first use: only a manager controls processes.
     from .adapters.process import LocalProcessControl
 
-    return LocalProcessControl()
+    # The off switch of the preloaded Python launcher (docs/task_manager.md "How runners are started").
+    return LocalProcessControl(python_preload=os.environ.get("HTTK_WORKFLOW_PYTHON_PRELOAD", "1") != "0")
 
 
 def _manager(**given: Any) -> Manager:
@@ -223,9 +185,11 @@ def attempt_base_env(environ: Mapping[str, str]) -> dict[str, str]:
     commands in a runner or a setting such as ``vasp.command`` resolve to the
     installation that runs the manager even where a batch job's PATH does not name it.
     A system interpreter changes nothing: putting ``/usr/bin`` first would shadow the
-    site's modules.
+    site's modules. The marker of a forwarded command (``HTTK_WORKFLOW_FORWARDED_AS``) is
+    dropped: it tells that one command how to spell fix hints, and a runner is not that command.
     """
     env = dict(environ)
+    env.pop(FORWARDED_ENV, None)
     if sys.prefix == sys.base_prefix:
         return env
     bindir = os.path.dirname(sys.executable)

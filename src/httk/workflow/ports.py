@@ -348,6 +348,12 @@ class ProcessControl(Protocol):
     def on_terminate(self, callback: Callable[[int], None]) -> None:
         """Call ``callback(signum)`` when the process is asked to terminate (SIGTERM, SIGINT)."""
 
+    def close(self) -> None:
+        """Release what launching holds (a preloaded interpreter); launched processes are not touched.
+
+        Idempotent, and a later :meth:`launch` works again.
+        """
+
 
 class TransportError(Exception):
     """A transport could not reach its machine or run a command there; the message is one line."""

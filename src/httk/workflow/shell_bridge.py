@@ -12,7 +12,9 @@ A Bash attempt is one draft across many bridge processes: each process binds a
 fresh ``Attempt`` and resumes the ``outcome.tmp.<uuid>/`` an earlier call left,
 so spawn, spawn, put, gather in four processes builds the draft one process
 would. ``batch`` runs several commands, one per line of stdin, against one
-``Attempt`` in one interpreter start.
+``Attempt`` in one interpreter start. ``--serve`` is the co-process
+``httk_workflow_main`` starts so that one interpreter answers every call of an
+attempt, each as if it were a process of its own (:mod:`httk.workflow.shell_serve`).
 
 Exit statuses follow the spec's discipline: 0 success, 1 a legitimately absent
 answer (silent), 2 a refused call (one message on stderr); ``run`` reports the
@@ -362,6 +364,10 @@ def dispatch(session: Session, argv: Sequence[str], where: str = "") -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m httk.workflow.shell_bridge``."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--serve"]:
+        from .shell_serve import serve
+
+        return serve(dispatch, Session, command_name)
     if not args:
         commands = ", ".join(sorted(COMMANDS))
         sys.stderr.write(f"usage: python -m httk.workflow.shell_bridge COMMAND ARGS... ({commands})\n")

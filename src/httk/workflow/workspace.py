@@ -12,8 +12,9 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .operations.bulk_submission import Progress, submit_many
+from .operations.bulk_submission import Progress, submit_many, submit_specs
 from .operations.submission import Submitted, submit
+from .protocol import JobSpec
 from .store.markers import Marker
 from .store.runners import publish_runner
 from .store.workspaces import Ports, WorkspaceHandle, WorkspaceService
@@ -131,6 +132,28 @@ class Workspace:
         results = submit_many(
             self._handle, [_absolute(payload, self._ports) for payload in payloads], placement, move=move, tag=tag,
             allow_missing_runner=allow_missing_runner, progress=progress,
+        )
+        return [result.marker for result in results]
+
+    def submit_specs(
+        self,
+        specs: Iterable[JobSpec],
+        placement: str | Sequence[str],
+        *,
+        tag: str | None = None,
+        allow_missing_runner: bool = False,
+        progress: Progress | None = None,
+    ) -> list[Marker]:
+        """Submit one job per definition in one pass, with grouped syncs; returns their markers in order.
+
+        The jobs are what ``prepare_job_payloads`` of each spec then :meth:`submit_many`
+        (``move=True``) make, without the payload directories: each job.json is written
+        straight into the workspace's staging area. Refused (``SubmissionError`` naming the
+        spec, nothing written) as :meth:`submit_many` refuses; the same crash guarantee.
+        """
+        results = submit_specs(
+            self._handle, list(specs), placement, tag=tag, allow_missing_runner=allow_missing_runner,
+            progress=progress,
         )
         return [result.marker for result in results]
 

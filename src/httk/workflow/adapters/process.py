@@ -25,6 +25,11 @@ the runner could fail to start (``_spawnable``: an executable regular file with 
 directory; the logs openable), because a shell would run a file without ``#!`` as
 a script where ``execve`` refuses it; everything else takes the fork, whose child
 reports the exact failure with status 125.
+
+A Python runner run by this interpreter (``(sys.executable, entry.py)``) is first
+offered to :mod:`~httk.workflow.adapters.python_preload`, which forks it from an
+interpreter that has already imported the SDK, as our child, behind the same gate,
+in its own group; when that does not qualify it is spawned as above.
 """
 
 from __future__ import annotations
@@ -38,14 +43,18 @@ import select
 import signal
 import socket
 import stat
+import sys
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from httk.workflow.adapters import process_groups
 from httk.workflow.adapters.process_groups import read_stat
 from httk.workflow.ports import ProcessIdentity
+
+if TYPE_CHECKING:
+    from httk.workflow.adapters.python_preload import PythonPreload
 
 GATE_CLOSED_STATUS = 125
 """Exit status of a child whose gate was abandoned or whose runner could not be executed."""
@@ -277,10 +286,23 @@ class GatedProcess:
 class LocalProcessControl:
     """:class:`~httk.workflow.ports.ProcessControl` for this Linux host (fork, pidfd, /proc)."""
 
-    def __init__(self, *, use_pidfd: bool = True, use_spawn: bool = True) -> None:
+    def __init__(self, *, use_pidfd: bool = True, use_spawn: bool = True, python_preload: bool = True) -> None:
         self._use_pidfd = use_pidfd and hasattr(os, "pidfd_open")
         self._use_spawn = use_spawn and hasattr(os, "posix_spawn") and os.path.exists(_SHELL)
         self._children: weakref.WeakValueDictionary[int, GatedProcess] = weakref.WeakValueDictionary()
+        #: Forks ``(sys.executable, entry.py)`` runners from a preloaded interpreter; built at first use.
+        self._use_preload = python_preload
+        self._preload: PythonPreload | None = None
+
+    @property
+    def python_preload(self) -> PythonPreload | None:
+        """The preloaded Python launcher, once a launch has asked for it."""
+        return self._preload
+
+    def close(self) -> None:
+        """Stop the preloaded Python launcher, if one runs; launched runners are not touched."""
+        if self._preload is not None:
+            self._preload.close()
 
     def hostname(self) -> str:
         return socket.gethostname()
@@ -309,6 +331,15 @@ class LocalProcessControl:
             candidates = [os.path.join(os.fsencode(d), argv_b[0]) for d in os.get_exec_path(dict(env))]
         cwd_b, out_b, err_b = os.fsencode(cwd), os.fsencode(stdout_path), os.fsencode(stderr_path)
         gate_r, gate_w = os.pipe()  # both close-on-exec
+        if self._use_preload and argv[0] == sys.executable:
+            pid = self._preloaded(gate_r, argv, env, cwd, stdout_path, stderr_path)
+            if pid is not None:
+                os.close(gate_r)
+                return self._gated(pid, gate_w)
+            # A fresh gate: a child of a zygote lost mid-request may wait on this one (it now reads end-of-file).
+            os.close(gate_r)
+            os.close(gate_w)
+            gate_r, gate_w = os.pipe()
         try:
             pid = self._spawn(gate_r, argv_b, env_b, candidates, cwd_b, out_b, err_b)
             if pid is None:
@@ -318,6 +349,10 @@ class LocalProcessControl:
             os.close(gate_w)
             raise
         os.close(gate_r)
+        return self._gated(pid, gate_w)
+
+    def _gated(self, pid: int, gate_w: int) -> GatedProcess:
+        """Our child ``pid`` in its own group, identified, behind the gate whose write end is ``gate_w``."""
         try:
             try:
                 os.setpgid(pid, pid)  # also in the child: whichever runs first wins the race
@@ -333,6 +368,15 @@ class LocalProcessControl:
         process = GatedProcess(identity, gate_w, pidfd)
         self._children[pid] = process
         return process
+
+    def _preloaded(self, gate_r: int, argv: Sequence[str], env: Mapping[str, str], cwd: str,
+                   stdout: str, stderr: str) -> int | None:
+        """A Python runner forked from the preloaded interpreter, or ``None`` (logged at debug) to spawn it."""
+        if self._preload is None:
+            from httk.workflow.adapters.python_preload import PythonPreload
+
+            self._preload = PythonPreload(sys.executable, reset_signals=_RESET_SIGNALS)
+        return self._preload.start(gate_r, argv, env, cwd, stdout, stderr, _inherited_fds)
 
     def _spawn(self, gate_r: int, argv: list[bytes], env: dict[bytes, bytes], candidates: list[bytes],
                cwd: bytes, stdout: bytes, stderr: bytes) -> int | None:

@@ -21,7 +21,7 @@ import click
 
 from ..bootstrap import Container, default_container, remote_adapters
 from ..operations.remotes import split_reference
-from ..store.workspaces import WorkspaceError, WorkspaceHandle, WorkspaceService
+from ..store.workspaces import FORWARDED_ENV, WorkspaceError, WorkspaceHandle, WorkspaceService
 from .defaults import default_workspace_path, registry_path, remotes_dir
 
 if TYPE_CHECKING:
@@ -79,6 +79,11 @@ class AppContext:
         transport, batch = remote_adapters(self.container, remote)
         return RemoteSession(remote, transport, batch)
 
+    @property
+    def forwarded_as(self) -> str | None:
+        """The remote name this command was forwarded here as (its fix hints say ``REMOTE:``), else ``None``."""
+        return self.environ.get(FORWARDED_ENV) or None
+
     def resolve(self, reference: str | None) -> str:
         """A workspace argument as an absolute path: a path, a registered name, or the default."""
         if reference is None:
@@ -95,6 +100,10 @@ class AppContext:
             registered = self.registry.lookup(reference)
             if registered is not None:
                 return registered
+            remote = self.forwarded_as
+            if remote:  # the user typed REMOTE:NAME, and REMOTE's registry is the one to list
+                raise WorkspaceError(f"remote {remote}: {reference}: neither a directory nor a registered workspace "
+                                     f"name there; see 'httk workflow workspace list {remote}:'")
             raise WorkspaceError(
                 f"{reference}: neither a directory nor a registered workspace name; "
                 "see 'httk workflow workspace list'"
@@ -105,8 +114,8 @@ class AppContext:
         """Attach a workspace; when omitted, the recorded default or the per-user default (created on first use)."""
         resolved = self.resolve(path)
         if path is None and resolved == self.default_workspace():
-            return self.workspaces.init(resolved)
-        return self.workspaces.open(resolved)
+            return self.workspaces.init(resolved, remote=self.forwarded_as)
+        return self.workspaces.open(resolved, remote=self.forwarded_as)
 
 
 pass_app = click.make_pass_decorator(AppContext)

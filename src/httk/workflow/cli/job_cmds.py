@@ -18,7 +18,6 @@ from typing import Any
 import click
 
 from ..domain.lifecycle import StateKind
-from ..domain.requests import ACTIONS
 from ..operations import inspection
 from .context import AppContext, pass_app
 from .remote_refs import LocalPaths, remote_aware
@@ -324,7 +323,7 @@ def _last_change(report: dict[str, Any]) -> str:
         error = report["job_error"] or {"code": "unknown"}
         return f"unknown: job.json, which defines generation 0, is unreadable ({error['code']}); {fsck}"
     when = timestamp(report.get("created_at"))
-    # The implicit generation-0 frame (the submission) records no time.
+    # Generation 0 (the submission) has no frame: its time is the id reservation's, unknown for an imported job.
     return f"{report['event']} at {when}" if when != "-" else str(report["event"])
 
 
@@ -434,6 +433,8 @@ def request(
     if len(args) < 2:
         raise click.UsageError("expected [WORKSPACE] JOB ACTION", ctx)
     action = args[-1]
+    from ..domain.requests import ACTIONS  # the request rules and their records: only this command needs them
+
     if action not in ACTIONS:
         raise click.UsageError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}", ctx)
     workspace, selector = split_workspace(ctx, args[:-1], "JOB")

@@ -23,12 +23,13 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JS
 @pass_app
 @remote_aware(("precheck",))
 def precheck(app: AppContext, workspace: str | None, search_paths: tuple[str, ...], as_json: bool) -> None:
-    """Read-only readiness report for pending jobs: runner references and claimability by live managers.
+    """Read-only readiness report for pending jobs: settings, runner references, claimability by live managers.
 
     \b
     Exit status:
       0  nothing found that would stop a pending job
-      1  a broken runner, an unclaimable job or an unreadable job.json
+      1  a broken runner, an unclaimable job, an unreadable job.json or a required
+         setting that resolves to nothing
       2  refused (bad usage, not a workspace)
 
     \b
@@ -37,7 +38,7 @@ def precheck(app: AppContext, workspace: str | None, search_paths: tuple[str, ..
     """
     handle = app.open_workspace(workspace)
     report = readiness.precheck(handle, uid=app.container.process().uid(),
-                                search_paths=[app.absolute(path) for path in search_paths])
+                                search_paths=[app.absolute(path) for path in search_paths], environ=app.environ)
     if as_json:
         emit_json(report)
     else:

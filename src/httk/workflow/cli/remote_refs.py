@@ -217,13 +217,21 @@ def submit_manager(app: AppContext, reference: RemoteReference) -> None:
     # --managers and --json shape this submission; the managers themselves never see them.
     managers, as_json = ctx.params["managers"], ctx.params["as_json"]
     manager_args = option_argv(ctx, exclude=("workers", "managers", "as_json"))
-    from ..operations.forwarding import manager_script
+    from ..operations.forwarding import manager_script, save_scripts, unresolved_settings
     from ..operations.manager_submission import submit_managers
+
+    def warn(line: str) -> None:
+        click.echo(f"warning: {line}", err=True)
 
     with app.open_session(reference.remote) as session:
         composed = manager_script(session, reference, manager_args, workers)
+        # The spec's run refuses nothing for this (the gate is at attempt start), but a manager would fail
+        # these jobs at once: say so, with the fix, before the batch job is queued.
+        for entry in unresolved_settings(session, composed.workspace, warn):
+            warn(f"remote {reference.remote}: {entry['message']}")
         submission = submit_managers(session.batch, composed.script, workdir=composed.workdir,
-                                     requested=managers or 1, settings=composed.settings)
+                                     requested=managers or 1, settings=composed.settings, workspace=str(reference))
+        save_scripts(session, composed.workdir, composed.script, submission.job_ids, warn=warn)
     path = composed.workspace
     if as_json:
         emit_json({"remote": reference.remote, "workspace": path, "batch": session.batch.name,

@@ -63,8 +63,8 @@ def stop_hook(environ: Any) -> Callable[[str, str], None] | None:
 def _open_local(app: AppContext, reference: str | None, *, create_default: bool) -> WorkspaceHandle:
     path = app.resolve(reference)
     if create_default and path == app.default_workspace():
-        return app.workspaces.init(path)
-    return app.workspaces.open(path)
+        return app.workspaces.init(path, remote=app.forwarded_as)
+    return app.workspaces.open(path, remote=app.forwarded_as)
 
 
 def _local(app: AppContext, reference: str, *, create_default: bool) -> LocalEndpoint:
@@ -132,7 +132,9 @@ def summary(report: dict[str, Any]) -> str:
     where = f"from {report['source']} to {report['destination']}"
     if not transfers:
         return f"nothing to transfer {where}{unselected_note(report.get('unselected') or {})}"
-    done = [item for item in transfers if item["state"] == "retired"]
+    # An older remote side reports no "already".
+    earlier = [item for item in transfers if item["state"] == "retired" and item.get("already")]
+    done = [item for item in transfers if item["state"] == "retired" and not item.get("already")]
     rolled = sum(1 for item in transfers if item["state"] == "rolled_back")
     held = sum(1 for item in transfers if item["state"] == "held")
     parts = []
@@ -141,9 +143,14 @@ def summary(report: dict[str, Any]) -> str:
         size = sum(int(item["bytes"] or 0) for item in done)
         ids = ", ".join(item["transfer_id"] for item in done)
         parts.append(f"transferred {_count(jobs, 'job')} ({_size(size)}) {where} (transfer {ids})")
-        resumed = sum(1 for item in done if item["resumed"])
+        resumed = sum(len(item["jobs"]) for item in done if item["resumed"])  # jobs, not transfers
         if resumed:
-            parts.append(f"{resumed} of them finished an interrupted transfer")
+            who = "it" if jobs == 1 else "all of them" if resumed == jobs else f"{resumed} of them"
+            parts.append(f"{who} finished an interrupted transfer")
+    if earlier:
+        jobs = sum(len(item["jobs"]) for item in earlier)
+        ids = ", ".join(item["transfer_id"] for item in earlier)
+        parts.append(f"{_count(jobs, 'job')} already transferred {where} by {ids}; nothing to do")
     if rolled:
         parts.append(f"rolled back {_count(rolled, 'transfer')}{'' if done else ' ' + where} (nothing moved)")
     if held:

@@ -120,11 +120,19 @@ def status(app: AppContext, workspace: str | None, at: str | None, as_json: bool
         job = f" job {damage['job']}" if damage.get("job") else ""
         click.echo(f"damage {damage['code']}:{job} {damage['message']} ({damage['path']})")
     if report["damage"]:
-        click.echo(f"{len(report['damage'])} damaged: run 'httk workflow workspace fsck {report['path']}'")
+        click.echo(f"{len(report['damage'])} damaged: run 'httk workflow workspace fsck {report['reference']}'")
     if report.get("damage_unchecked"):
         click.echo(f"{report['damage_unchecked']} more active jobs were counted, not checked for damage "
                    f"(status reads {inspection.STATUS_CHECK_LIMIT}): 'httk workflow workspace fsck "
-                   f"{report['path']}' checks every job")
+                   f"{report['reference']}' checks every job")
+    for held in report.get("unfinished_transfers") or ():
+        if held.get("problem"):
+            click.echo(f"transfer ledger {held['transfer_id']} does not read ({held['problem']}): "
+                       f"'httk workflow workspace fsck {report['reference']}' reports what it holds")
+            continue
+        jobs = len(held["jobs"])
+        click.echo(f"{jobs} job{'' if jobs == 1 else 's'} held by unfinished transfer {held['transfer_id']} to "
+                   f"{held['destination']} (at step {held['step']}): finish it with '{held['resume']}'")
 
 
 @workspace.command("managers", epilog=EXIT_CODES)

@@ -120,6 +120,12 @@ class TakeoverEvidence:
     stopped_group: StoppedGroup | None = _omitted_when_absent()
 
 
+#: Frame members that attribute one transition (who asked, why, which request): never carried forward.
+PER_TRANSITION = ("operator", "operator_key", "reason", "request_id")
+#: Notes that describe one transition (a transfer's detach or import, a verified cancellation).
+PER_TRANSITION_NOTES = ("transfer", "cancellation")
+
+
 @attrs.frozen
 class StateFrame:
     """One journalled generation of one job; its generation and counters are never negative."""
@@ -161,6 +167,25 @@ class StateFrame:
 
     def evolve(self, **changes: Any) -> StateFrame:
         return attrs.evolve(self, **changes)
+
+    def successor(self, **changes: Any) -> StateFrame:
+        """The next transition's frame: the job's state carried forward, its attribution not.
+
+        Step, counters, budgets, join, owner and process are the job's state and carry on
+        until a transition changes them; who asked for a transition and why
+        (:data:`PER_TRANSITION`) and the notes that describe one transition
+        (:data:`PER_TRANSITION_NOTES`) belong to the frame that recorded them, so a later
+        frame names them only when its own transition ``changes`` them — except while a
+        requested pause or cancellation is pending, which the frames up to the one that
+        completes it attribute to the request.
+        """
+        reset: dict[str, Any] = {}
+        if not (self.pause_requested or self.kind == StateKind.CANCELLING):
+            # A pause or a cancellation still under way is the asker's procedure: every frame until
+            # it completes, the completing one included, names who asked and why.
+            reset = {name: None for name in PER_TRANSITION}
+        reset["notes"] = {key: value for key, value in self.notes.items() if key not in PER_TRANSITION_NOTES}
+        return attrs.evolve(self, **{**reset, **changes})
 
     @property
     def owner_id(self) -> str | None:

@@ -12,46 +12,19 @@ Spec: 000 "Run" (pools, long scans), "Scheduling".
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import attrs
+
+# The placement rules live in .placement (the store's walks import them without these records);
+# re-exported here for the engine and operations modules that import them from scheduling.
+from .placement import components as _components
+from .placement import may_contain_matches as may_contain_matches
+from .placement import placement_matches as placement_matches
 
 #: A pass that takes this share of the lease is logged at the given level.
 PASS_WARNING_FRACTION = 0.5
 PASS_ERROR_FRACTION = 0.9
-
-
-def _components(path: str) -> tuple[str, ...]:
-    return tuple(part for part in path.split("/") if part)
-
-
-def placement_matches(placement: str, prefixes: Sequence[str]) -> bool:
-    """Whether ``placement`` lies in one of ``prefixes``, compared whole path component by component.
-
-    ``project-a`` matches ``project-a`` and ``project-a/x`` but not ``project-ab``.
-    No prefixes (or an empty prefix) means the whole workspace.
-    """
-    if not prefixes:
-        return True
-    parts = _components(placement)
-    for prefix in prefixes:
-        wanted = _components(prefix)
-        if parts[: len(wanted)] == wanted:
-            return True
-    return False
-
-
-def may_contain_matches(directory: str, prefixes: Sequence[str]) -> bool:
-    """Whether a walk must descend into ``directory``: it is inside a prefix or on the way to one."""
-    if not prefixes:
-        return True
-    parts = _components(directory)
-    for prefix in prefixes:
-        wanted = _components(prefix)
-        common = min(len(parts), len(wanted))
-        if parts[:common] == wanted[:common]:
-            return True
-    return False
 
 
 @attrs.frozen

@@ -56,6 +56,12 @@ class SubmitLimits:
     max_wall_source: str = ""
     job_wall_seconds: int | None = None
     notes: tuple[str, ...] = ()
+    #: Partitions the script asks for that the scheduler does not list (it refuses such a job), and
+    #: every partition it does list; both empty when the partitions could not be read.
+    unknown_partitions: tuple[str, ...] = ()
+    site_partitions: tuple[str, ...] = ()
+    #: The workspace setting that chose the partition (``slurm.partition``), for the fix.
+    partition_setting: str = ""
 
     def as_json(self) -> dict[str, object]:
         """The limits as a JSON object (``null`` for what was not reported)."""
@@ -75,6 +81,8 @@ class SubmitLimits:
             "max_wall_source": self.max_wall_source or None,
             "job_wall_seconds": self.job_wall_seconds,
             "notes": list(self.notes),
+            "unknown_partitions": list(self.unknown_partitions),
+            "site_partitions": list(self.site_partitions),
         }
 
 
@@ -124,6 +132,19 @@ def allowed_submissions(requested: int, limits: SubmitLimits) -> Allowance:
         clauses.append(f"at most {limits.max_jobs} run at once ({limits.max_jobs_source or 'MaxJobs'})")
     fix = "wait until some of your queued jobs have finished" if count < requested else ""
     return Allowance(count, requested, "; ".join(clauses), fix)
+
+
+def unknown_partition(limits: SubmitLimits) -> str | None:
+    """Why a refused submission may be the partition's fault: it names one the scheduler does not list.
+
+    Not a refusal by itself: a hidden partition is not listed either, and the scheduler
+    decides. When it refuses, this is what the user needs: the setting and the site's partitions.
+    """
+    if not (limits.unknown_partitions and limits.site_partitions):
+        return None
+    setting = limits.partition_setting or "the partition setting"
+    return (f"{setting} names partition {', '.join(limits.unknown_partitions)}, which the scheduler does not list "
+            f"(its partitions: {', '.join(limits.site_partitions)}); set {setting} to one of them")
 
 
 def _tightest(limits: SubmitLimits) -> tuple[int, str, int, str] | None:

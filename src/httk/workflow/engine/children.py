@@ -9,11 +9,16 @@ outcome, and nothing is created for it. What tells this outcome's own children
 from another job after a crash is the parent and attempt recorded in each
 child's id reservation and in its ``.httk-job/parent.json``.
 
-Creation is crash-safe in four phases: every child's job id is reserved, every
-payload is renamed into place with its ``submitted`` marker staged inside it (a
-payload without a marker is seen by no manager), then each staged marker is
-renamed into the state tree and ledgered. A replay redoes only what is not
-ledgered, and a clash found midway (another job won an id or a name meanwhile)
+Creation is crash-safe in four phases, each one group commit (its writes made,
+then synced together: one sync per directory touched, file syncs overlapped by
+:meth:`~.ports.Filesystem.sync_trees`) finished before the next begins: every
+child's job id is reserved (:func:`.job_ids.reserve_job_ids`); every payload gets
+its parent record and its ``submitted`` marker staged inside it; every payload is
+renamed into place (a payload without a marker is seen by no manager); then each
+staged marker is renamed into the state tree and, once those are durable, each
+child is ledgered. A rename comes only after what it names is durable, so a crash
+anywhere leaves each child created in full or without a marker. A replay redoes
+only what is not ledgered, and a clash found midway (another job won an id or a name meanwhile)
 moves this outcome's payloads back and releases its reservations before
 refusing. Two managers may run one commit at once (a lease is evidence, not a
 fence): a payload the other one moved is recognized by its parent record, and
@@ -33,8 +38,17 @@ import attrs
 from .. import codec
 from ..domain.lifecycle import StateKind
 from ..domain.model import JobKey
+from ..ports import Filesystem
 from ..protocol import JOB_FILE, PRIVATE_DIR, parse_job_bytes
-from ..store.job_ids import JobIdTaken, Reservation, check_job_id, job_id_traces, release_job_id, reserve_job_id
+from ..store.job_ids import (
+    JobIdTaken,
+    Reservation,
+    check_job_id,
+    job_id_traces,
+    release_job_id,
+    reserve_job_id,
+    reserve_job_ids,
+)
 from ..store.links import UntrustedLink, refuse_links
 from ..store.markers import INIT_REF, Marker, MarkerNameError
 from ..store.store import Store
@@ -72,30 +86,26 @@ class ChildPlan:
     children: tuple[_Child, ...]
 
     def create(self, between: Callable[[], None] | None = None) -> list[Marker]:
-        """Reserve every child's job id, rename every payload into place, then publish and ledger each
-        marker; the markers made now.
+        """Reserve every child's job id, place every payload with its marker staged, then publish and
+        ledger the markers, each phase one group commit; the markers made now.
 
         Safe against a concurrent run of this same commit (a mistaken lease expiry): a payload
         or marker another applier of it placed meanwhile is recognized by its parent record
-        and counted as placed, never as a clash. ``between`` is called before each child's
-        rename and marker (a heartbeat, and the check that this manager still holds the commit).
+        and counted as placed, never as a clash. ``between`` is called before each phase and
+        each child's rename (a heartbeat, and the check that this manager still holds the commit).
         """
-        fs, durable = self.store.fs, self.store.config.durable
+        check = between if between is not None else _nothing
         placed = [child for child in self.children if child.in_place]
-        for child in self.children:
-            try:
-                # A reservation naming this attempt's child is a crashed run's: kept, not a clash.
-                reserve_job_id(fs, self.store.layout, child.reservation, durable=durable)
-            except JobIdTaken as taken:
-                # Another job took the id since the plan: this outcome creates nothing after all.
-                _withdraw(self.store, placed, self.children)
-                raise ChildrenError(f"child {child.label!r}: {taken}; a spawn must name a new job id") from None
-        for child in self.children:
-            if child.in_place:
-                continue
-            if between is not None:
-                between()
-            if not self._place(child):
+        self._reserve(placed)
+        moving = [child for child in self.children if not child.in_place]
+        if moving:
+            check()
+            self._stage(moving)
+            _make_dirs(self.store.fs, [posixpath.dirname(child.destination) for child in moving],
+                       durable=self.store.config.durable)
+        for child in moving:
+            check()
+            if not self._move(child):
                 # Something that reserves no id (a directory made by hand) took the name since the plan.
                 _withdraw(self.store, placed, self.children)
                 raise ChildrenError(
@@ -103,41 +113,101 @@ class ChildPlan:
                     "job meanwhile; a spawn must name a new job id"
                 )
             placed.append(child)
-        created: list[Marker] = []
-        for child in self.children:
-            if between is not None:
-                between()
-            if fs.exists(child.ledger):
-                continue  # a concurrent run of this commit published it
-            marker = Marker(StateKind.SUBMITTED, child.placement, child.key, child.priority, 0, INIT_REF)
-            try:
-                # The staged marker travelled with the payload and is renamed once, by whichever run of
-                # this commit gets there first; gone, it was published (and may be registered since).
-                if self.store.adopt(f"{child.destination}/{PRIVATE_DIR}/{STAGED_MARKER}", marker):
-                    created.append(marker)
-                elif _unstaged(self.store, child) and not self.store.locate(child.placement, str(child.key)):
-                    created.append(self.store.create_submitted(child.placement, child.key, child.priority))
-            except FileExistsError:
-                pass  # the generation-0 marker is there already
-            fs.write_atomic(child.ledger, b"", durable=durable)
-        return created
+        pending = [child for child in self.children if not self.store.fs.exists(child.ledger)]
+        if self.store.config.durable and pending:
+            # The renames are durable before any marker names them: destination directories first, so
+            # that where a filesystem syncs the two halves apart a crash leaves a name twice, never nowhere.
+            self.store.fs.fsync_dirs(sorted({posixpath.dirname(child.destination) for child in pending}))
+            if moving:
+                self.store.fs.fsync_dirs(sorted({posixpath.dirname(child.source) for child in moving}))
+        return self._publish(pending, check)
 
-    def _place(self, child: _Child) -> bool:
-        """Rename one payload into place; ``False`` when the name holds another job's payload."""
+    def _reserve(self, placed: Sequence[_Child]) -> None:
+        """Phase 1: every child's job id reserved workspace-wide (:func:`.job_ids.reserve_job_ids`)."""
+        fs, layout, durable = self.store.fs, self.store.layout, self.store.config.durable
+        fresh: list[Reservation] = []
+        replayed: list[Reservation] = []
+        label = {child.key.job_id: child.label for child in self.children}
+        try:
+            for child in self.children:
+                # A reservation naming this attempt's child is a crashed run's: kept, not a clash.
+                (replayed if check_job_id(fs, layout, child.reservation) else fresh).append(child.reservation)
+            if fresh:
+                _make_dirs(fs, [posixpath.dirname(layout.id_reservation(item.job_id)) for item in fresh],
+                           durable=durable)
+                try:
+                    reserve_job_ids(fs, layout, fresh, durable=durable)
+                except (JobIdTaken, OSError):
+                    # A concurrent run of this commit shares the batch's temp names, or another job took an
+                    # id: settled one id at a time, as a single reservation does (exclusive, no shared temp).
+                    for reservation in fresh:
+                        reserve_job_id(fs, layout, reservation, durable=durable)
+                    replayed = [*replayed, *fresh]  # what the broken batch renamed is not synced yet
+        except JobIdTaken as taken:
+            # Another job took the id since the plan: this outcome creates nothing after all.
+            _withdraw(self.store, placed, self.children)
+            raise ChildrenError(f"child {label.get(taken.job_id, taken.job_id)!r}: {taken}; "
+                                "a spawn must name a new job id") from None
+        if durable and replayed:
+            # A crashed run may have renamed a reservation without syncing its bucket.
+            fs.fsync_dirs(sorted({posixpath.dirname(layout.id_reservation(item.job_id)) for item in replayed}))
+
+    def _stage(self, moving: Sequence[_Child]) -> None:
+        """Phase 2: ``parent.json`` and the staged marker written into every payload still in the outcome,
+        then synced as one group, before any payload moves.
+
+        ``parent.json`` is written to a temp named by this applier, the temps are synced
+        together and only then renamed onto the name: so the name, once it exists, has its
+        whole content, even when two appliers of this commit write it at once.
+        """
         fs, durable = self.store.fs, self.store.config.durable
-        if fs.lstat(child.source) is not None:
-            link = {**(child.reservation.parent or {}), "staged_marker": True}
-            fs.write_atomic(f"{child.source}/{PRIVATE_DIR}/{PARENT_FILE}", codec.encode(link), durable=durable)
-            staged = f"{child.source}/{PRIVATE_DIR}/{STAGED_MARKER}"
+        temp_name = f".{PARENT_FILE}.{self.store.writer.writer_id}"
+        records: list[tuple[_Child, str, bytes]] = []  # (child, temp, record) of each record to write
+        directories: set[str] = set()  # the directories whose new names the rename must find durable
+        for child in moving:
+            if fs.lstat(child.source) is None:
+                continue  # moved by a concurrent run of this commit: :meth:`_move` tells
+            private = f"{child.source}/{PRIVATE_DIR}"
+            if fs.lstat(private) is None:
+                directories.add(child.source)  # the private directory's own name
+            else:
+                for entry in fs.scandir(private):
+                    if entry.name.startswith(f".{PARENT_FILE}.") and entry.name != temp_name:
+                        _remove(fs, entry.path)  # a temp a crashed run of this commit left
+            directories.add(private)
+            record = codec.encode({**(child.reservation.parent or {}), "staged_marker": True})
+            if _read(fs, f"{private}/{PARENT_FILE}") != record:
+                fs.write_atomic(f"{private}/{temp_name}", record, durable=False)
+                records.append((child, f"{private}/{temp_name}", record))
+            staged = f"{private}/{STAGED_MARKER}"
             info = fs.lstat(staged)
             if info is not None and not (info.is_file and info.size == 0):
                 fs.rmtree(staged)  # only an empty file may become a marker
             try:
-                fs.create_empty(staged, durable=durable)
+                fs.create_empty(staged, durable=False)
             except FileExistsError:
                 pass  # staged by a crashed run of this commit
+        if durable and records:
+            _each(fs.sync_trees, [temp for _child, temp, _record in records])
+        for _child, temp, record in records:
+            target = f"{posixpath.dirname(temp)}/{PARENT_FILE}"
             try:
-                fs.rename(child.source, child.destination, durable=durable)
+                fs.rename(temp, target, durable=False)
+            except (FileExistsError, FileNotFoundError):
+                # Another applier's record (or a runner's own file) holds the name, or this temp moved with
+                # a payload another applier placed: the name must say this record, durably.
+                _remove(fs, temp)
+                if _read(fs, target) != record:
+                    fs.write_atomic(target, record, durable=durable)
+        if durable and directories:
+            _each(fs.fsync_dirs, sorted(directories))
+
+    def _move(self, child: _Child) -> bool:
+        """Phase 3, one child: its staged payload renamed into place; ``False`` if the name holds another job's."""
+        fs = self.store.fs
+        if fs.lstat(child.source) is not None:
+            try:
+                fs.rename(child.source, child.destination, durable=False)
                 return True
             except (FileExistsError, FileNotFoundError):
                 pass  # another applier of this commit, or another job: the parent record tells
@@ -147,7 +217,46 @@ class ChildPlan:
         if fs.lstat(f"{child.source}/{JOB_FILE}") is None:
             # The parent record written just as a concurrent applier moved the payload.
             fs.rmtree(child.source)
+        _remove(fs, f"{child.destination}/{PRIVATE_DIR}/.{PARENT_FILE}.{self.store.writer.writer_id}")
         return True
+
+    def _publish(self, pending: Sequence[_Child], check: Callable[[], None]) -> list[Marker]:
+        """Phase 4: every staged marker renamed into the state tree, synced, then every child ledgered."""
+        store = self.store
+        fs, durable = store.fs, store.config.durable
+        if not pending:
+            return []
+        markers = sorted({f"{store.layout.kind_dir(StateKind.SUBMITTED)}/{child.placement}" for child in pending})
+        _make_dirs(fs, [posixpath.dirname(pending[0].ledger), *markers], durable=durable)
+        created: list[Marker] = []
+        adopted: list[_Child] = []
+        for child in pending:
+            check()
+            marker = Marker(StateKind.SUBMITTED, child.placement, child.key, child.priority, 0, INIT_REF)
+            staged = f"{child.destination}/{PRIVATE_DIR}/{STAGED_MARKER}"
+            try:
+                # The staged marker travelled with the payload and is renamed once, by whichever run of
+                # this commit gets there first; gone, it was published (and may be registered since).
+                fs.rename(staged, store.marker_path(marker), durable=False)
+                created.append(marker)
+                adopted.append(child)
+            except FileNotFoundError:
+                if _unstaged(store, child) and not store.locate(child.placement, str(child.key)):
+                    created.append(store.create_submitted(child.placement, child.key, child.priority))
+            except FileExistsError:
+                pass  # the generation-0 marker is there already
+        if durable:
+            # Every pending child's marker directory: a crashed run may have renamed a marker it never synced.
+            fs.fsync_dirs(markers)
+        if durable and adopted:
+            # The staged names leave the payloads for good before the ledger says so: a staged marker
+            # surviving beside its published one would be published a second time by a replay.
+            fs.fsync_dirs(sorted({f"{child.destination}/{PRIVATE_DIR}" for child in adopted}))
+        for child in pending:
+            fs.write_atomic(child.ledger, b"", durable=False)
+        if durable:
+            fs.fsync_dir(posixpath.dirname(pending[0].ledger))
+        return created
 
 
 def plan_children(store: Store, control: str, outcome: Outcome, parent: Marker, *, attempt_id: str) -> ChildPlan:
@@ -315,3 +424,50 @@ def _withdraw(store: Store, placed: Sequence[_Child], reserved: Sequence[_Child]
     for child in reserved:
         if not store.locate(child.placement, str(child.key)):
             release_job_id(store.fs, store.layout, child.reservation)
+
+
+def _nothing() -> None:
+    """No checkpoint between the steps (a caller that holds nothing to heartbeat)."""
+
+
+def _make_dirs(fs: Filesystem, directories: Sequence[str], *, durable: bool) -> None:
+    """Create ``directories`` (and their parents); when ``durable``, each new name's parent is synced once."""
+    wanted = sorted(set(directories))
+    missing: set[str] = set()
+    if durable:
+        for directory in wanted:
+            current = directory
+            while current != posixpath.dirname(current) and fs.lstat(current) is None:
+                missing.add(current)
+                current = posixpath.dirname(current)
+    for directory in wanted:
+        fs.makedirs(directory, durable=False)
+    if missing:
+        fs.fsync_dirs(sorted({posixpath.dirname(path) for path in missing}))
+
+
+def _each(sync: Callable[[Sequence[str]], None], paths: Sequence[str]) -> None:
+    """``sync(paths)`` as one group; should a name be gone (a concurrent applier moved its payload), each
+    remaining one alone."""
+    try:
+        sync(paths)
+    except FileNotFoundError:
+        for path in paths:
+            try:
+                sync([path])
+            except FileNotFoundError:
+                continue  # that payload is another applier's to sync now
+
+
+def _read(fs: Filesystem, path: str) -> bytes | None:
+    try:
+        return fs.read_document(path)
+    except OSError:
+        return None
+
+
+def _remove(fs: Filesystem, path: str) -> None:
+    try:
+        fs.remove(path)
+    except FileNotFoundError:
+        pass

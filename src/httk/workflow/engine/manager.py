@@ -152,6 +152,7 @@ class Manager:
             if self.on_iteration is not None:
                 self.on_iteration()
         self.heartbeat(force=True, stopped=True)
+        self.proc.close()  # the preloaded Python launcher, if any: no launch follows
         self.out(self.summary())
         return status
 

@@ -2,7 +2,9 @@
 
 Finished jobs are counted as this manager finished them, never by walking the
 terminal trees: like a tick, the summary costs what is active, not the
-workspace's history. The active kinds are walked once, at exit. An owned job
+workspace's history. The active kinds are walked once, at exit, each directory
+streamed as it is listed, so the walk's memory does not grow with the queue
+(each ready job's ``job.json`` is read, classified and dropped). An owned job
 (claimed, running, committing, cancelling) is classified by the same takeover
 verdict the recovery pass acts on: "running elsewhere" only under a live
 owner, "awaiting takeover" when a manager will take it over once the rules
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 
 from ..domain.lifecycle import OWNED_KINDS, TERMINAL_KINDS, StateKind
 from ..domain.scheduling import Requirements, mismatches
+from ..store.discovery import walk_names
 from ..store.markers import Marker
 from ..store.store import JobDamage
 from .context import TickContext
@@ -48,7 +51,10 @@ def classify(ctx: TickContext, recovery: Recovery) -> dict[str, object]:
     for kind in StateKind:
         if kind in TERMINAL_KINDS:
             continue
-        for marker in store.iter_markers(kind, prefixes):
+        # Streamed as listed: a count needs no order, so the walk holds no listing (a sorted walk
+        # held every entry of the largest directory: 39 MB for a placement of 100,000 ready jobs).
+        for placement, name in walk_names(store.fs, store.layout, kind, prefixes=prefixes, ordered=False):
+            marker = Marker.parse(kind, placement, name)
             counts[kind.value] += 1
             if kind in OWNED_KINDS:
                 counts[_owned_bucket(ctx, recovery, marker)] += 1

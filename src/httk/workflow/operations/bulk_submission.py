@@ -4,8 +4,11 @@ The result on disk is exactly what one :func:`.submission.submit` per payload
 leaves (the same id reservations, staged and placed payloads, generation-0
 markers, in the same order per job); only the fsyncs are grouped. Every payload
 is checked first, by the single submission's own checks
-(:func:`.submission.plan_submission`): one bad payload refuses the whole batch
-with one line naming it, and nothing is written. Then, per chunk of jobs:
+(:func:`.submission.plan_submission`; what repeats, a pinned runner, a job.json
+content, a path shape, is checked once per batch): one bad payload refuses the
+whole batch with one line naming it, and nothing is written. :func:`submit_specs`
+is the one-pass form for job definitions: each job.json is written where a copy
+would be staged. Then, per chunk of jobs:
 
 1. the missing directories (id buckets, placements, marker directories), each new
    name's parent synced once;
@@ -33,7 +36,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from ..domain.lifecycle import StateKind
-from ..protocol import JobSpec
+from ..protocol import JOB_FILE, JobSpec
 from ..store.job_ids import JobIdTaken, Reservation, release_job_id, reserve_job_ids
 from ..store.markers import Marker
 from ..store.workspaces import WorkspaceHandle
@@ -44,6 +47,7 @@ from .submission import (
     check_runner,
     id_refusal,
     missing_ancestors,
+    plan_spec,
     plan_submission,
     write_refusal,
 )
@@ -89,19 +93,82 @@ def submit_many(
     and :class:`BulkSubmissionError` when a write fails after earlier chunks were
     submitted (the jobs of the failing chunk are taken back).
     """
-    if chunk < 1:
-        raise ValueError(f"chunk must be at least 1, not {chunk}")
-    places = [placement] * len(payloads) if isinstance(placement, str) else list(placement)
-    if len(places) != len(payloads):
-        raise SubmissionError(f"{len(payloads)} payloads but {len(places)} placements; give one placement per payload")
+    places = _placements(placement, len(payloads), chunk, "payload")
     tick = _Ticker(progress)
     planned = _plan_all(workspace, payloads, places, move=move, tag=tag, allow_missing=allow_missing_runner,
                         tick=tick)
+    return _write_all(workspace, planned, move=move, tick=tick, chunk=chunk)
+
+
+def submit_specs(
+    workspace: WorkspaceHandle,
+    specs: Sequence[JobSpec],
+    placement: str | Sequence[str],
+    *,
+    tag: str | None = None,
+    allow_missing_runner: bool = False,
+    progress: Progress | None = None,
+    chunk: int = DEFAULT_CHUNK,
+) -> list[Submitted]:
+    """Submit one job per definition of ``specs`` in one pass, and return the new jobs, in order.
+
+    The jobs are those ``prepare_job_payloads`` of each spec and then :func:`submit_many`
+    with ``move=True`` make, payload ``job.json`` alone, but no payload directory is
+    prepared, read back or moved: each job.json is written straight into the staging area
+    (``tmp/submit-<id>/``) and renamed into place, with the syncs grouped as
+    :func:`submit_many` groups them. The same refusals (a spec naming its index and
+    name; nothing written) and the same crash guarantee.
+    """
+    places = _placements(placement, len(specs), chunk, "spec")
+    tick = _Ticker(progress)
+    runner_check = _runner_checker(workspace, allow_missing=allow_missing_runner)
+    planned: list[Planned] = []
+    shapes: set[tuple[object, ...]] = set()
+    for index, (spec, place) in enumerate(zip(specs, places, strict=True)):
+        label = f"job spec {index + 1} (name {spec.name!r})" if isinstance(spec, JobSpec) else f"job spec {index + 1}"
+        if not isinstance(spec, JobSpec):
+            raise SubmissionError(f"{label} is a {type(spec).__name__}, not a JobSpec; pass JobSpec objects")
+        try:
+            planned.append(plan_spec(workspace, spec, place, label=label, tag=tag, runner_check=runner_check,
+                                     shapes=shapes))
+        except SubmissionError as error:
+            raise SubmissionError(_naming(label, index, len(specs), str(error), noun="spec")) from None
+        tick("checking")
+    tick.flush("checking")
+    return _write_all(workspace, planned, move=False, tick=tick, chunk=chunk)
+
+
+def _placements(placement: str | Sequence[str], count: int, chunk: int, noun: str) -> list[str]:
+    """One placement per job (``placement`` is one for all, or one each); refused when the counts differ."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1, not {chunk}")
+    places = [placement] * count if isinstance(placement, str) else list(placement)
+    if len(places) != count:
+        raise SubmissionError(f"{count} {noun}s but {len(places)} placements; give one placement per {noun}")
+    return places
+
+
+def _write_all(workspace: WorkspaceHandle, planned: Sequence[Planned], *, move: bool, tick: _Ticker,
+               chunk: int) -> list[Submitted]:
     submitted: list[Submitted] = []
     for start in range(0, len(planned), chunk):
         submitted.extend(_write_chunk(workspace, planned[start : start + chunk], submitted, move=move,
                                       total=len(planned), tick=tick))
     return submitted
+
+
+def _runner_checker(workspace: WorkspaceHandle, *, allow_missing: bool) -> Callable[[JobSpec, str | None], str | None]:
+    """:func:`.submission.check_runner`, once per distinct pinned runner of the batch."""
+    runners: dict[tuple[str, str, str | None], str | None] = {}
+
+    def runner_check(spec: JobSpec, payload: str | None) -> str | None:
+        # Many jobs pin one runner: resolve and digest it once per batch.
+        identity = (spec.runner_source, spec.runner_path, spec.runner_sha256)
+        if identity not in runners:
+            runners[identity] = check_runner(workspace, spec, allow_missing=allow_missing, payload=payload)
+        return runners[identity]
+
+    return runner_check
 
 
 def _plan_all(
@@ -111,17 +178,12 @@ def _plan_all(
     """Every payload checked, before anything is written; the first refusal names its payload."""
     if not payloads:
         return []
-    runners: dict[tuple[str, str, str | None], str | None] = {}
-
-    def runner_check(spec: JobSpec, payload: str) -> str | None:
-        # Many jobs pin one runner: resolve and digest it once per batch.
-        identity = (spec.runner_source, spec.runner_path, spec.runner_sha256)
-        if identity not in runners:
-            runners[identity] = check_runner(workspace, spec, allow_missing=allow_missing, payload=payload)
-        return runners[identity]
-
+    runner_check = _runner_checker(workspace, allow_missing=allow_missing)
     planned: list[Planned] = []
     seen: dict[str, int] = {}
+    # Campaign payloads repeat their shapes and often their job.json: each is checked once.
+    shapes: set[tuple[object, ...]] = set()
+    parsed: dict[bytes, JobSpec] = {}
     total = len(payloads)
     for index, (payload, place) in enumerate(zip(payloads, places, strict=True)):
         source = posixpath.normpath(payload)
@@ -132,7 +194,8 @@ def _plan_all(
             )
         seen[source] = index
         try:
-            planned.append(plan_submission(workspace, source, place, move=move, tag=tag, runner_check=runner_check))
+            planned.append(plan_submission(workspace, source, place, move=move, tag=tag, runner_check=runner_check,
+                                            shapes=shapes, parsed=parsed))
         except SubmissionError as error:
             raise SubmissionError(_naming(source, index, total, str(error))) from None
         tick("checking")
@@ -140,10 +203,10 @@ def _plan_all(
     return planned
 
 
-def _naming(source: str, index: int, total: int, message: str) -> str:
-    """The refusal of one payload of a batch, naming it (and saying nothing was submitted)."""
-    where = "" if source in message else f"payload {source}: "
-    return f"{where}{message} (payload {index + 1} of {total}; none of the {total} was submitted)"
+def _naming(source: str, index: int, total: int, message: str, *, noun: str = "payload") -> str:
+    """The refusal of one payload (or spec) of a batch, naming it (and saying nothing was submitted)."""
+    where = "" if source in message else (f"payload {source}: " if noun == "payload" else f"{source}: ")
+    return f"{where}{message} ({noun} {index + 1} of {total}; none of the {total} was submitted)"
 
 
 @attrs.define
@@ -198,7 +261,7 @@ def _write_chunk(
             message = id_refusal(item.placement, error)
         else:
             message = write_refusal(error, item.source, item.placement, workspace.root, move=move)
-        raise _failure(message, before, total, left) from None
+        raise _failure(message, before, total, left, items) from None
 
     def published(marker: Marker) -> None:
         written.markers.append(marker)
@@ -231,10 +294,17 @@ def _place(workspace: WorkspaceHandle, items: Sequence[Planned], written: _Writt
             tick("copying")
         synced |= {posixpath.dirname(item.source) for item in items}
     else:
+        # A copy a crashed submission of one of these ids left behind: one listing, not a probe per job.
+        staging = {item.staging for item in items}
+        for entry in fs.scandir(workspace.layout.tmp):
+            if entry.path in staging:
+                fs.rmtree(entry.path)
         for item in items:
             written.current = item
-            fs.rmtree(item.staging)  # a copy a crashed submission of this id left behind
-            fs.copy_tree(item.source, item.staging, durable=False)
+            if item.data is None:
+                fs.copy_tree(item.source, item.staging, durable=False)
+            else:  # a job from its definition: its payload is the job.json, written where a copy is staged
+                fs.write_new(f"{item.staging}/{JOB_FILE}", item.data, durable=False)
             written.staged.append(item)
             tick("copying")
         if durable:
@@ -322,12 +392,13 @@ def _partial_markers(
             else f"cannot sync the markers of {len(items)} jobs")
     raise BulkSubmissionError(
         f"{what}: {reason}; the first {len(submitted)} of {total} jobs were submitted, the other "
-        f"{total - len(submitted)} were not (submit those payloads again){_leftovers(left)}",
+        f"{total - len(submitted)} were not ({_again(items)}){_leftovers(left)}",
         submitted,
     )
 
 
-def _failure(message: str, before: Sequence[Submitted], total: int, left: Sequence[str] = ()) -> SubmissionError:
+def _failure(message: str, before: Sequence[Submitted], total: int, left: Sequence[str] = (),
+             items: Sequence[Planned] = ()) -> SubmissionError:
     """The error of a chunk whose writes were taken back (``left``: what could not be).
 
     A plain refusal when nothing was submitted yet and nothing was left behind.
@@ -339,9 +410,14 @@ def _failure(message: str, before: Sequence[Submitted], total: int, left: Sequen
     message = message.removesuffix("; nothing was submitted")
     return BulkSubmissionError(
         f"{message}; the first {len(before)} of {total} jobs were submitted, the other {total - len(before)} were "
-        f"not (submit those payloads again){_leftovers(left)}",
+        f"not ({_again(items)}){_leftovers(left)}",
         before,
     )
+
+
+def _again(items: Sequence[Planned]) -> str:
+    """What the caller does with the jobs a failed batch did not submit."""
+    return "submit those specs again" if items and items[0].data is not None else "submit those payloads again"
 
 
 class _Ticker:

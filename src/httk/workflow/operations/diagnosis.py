@@ -30,6 +30,7 @@ from ..languages.realization import HTTK_V1, LANGUAGE, LANGUAGES, missing_module
 from ..ports import ProcessControl
 from ..store.markers import Marker
 from ..store.store import JobDamage
+from ..store.transfer_ledger import SOURCE, Ledger, LedgerError, resume_command
 from ..store.workspaces import WorkspaceHandle
 
 FLAPPING_ATTEMPTS = 20
@@ -153,6 +154,9 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
         summary = f"paused ({frame.reason or 'no reason recorded'}); resume with 'job request ... continue'"
     elif kind == StateKind.SUCCEEDED:
         summary = "succeeded; nothing to do"
+    elif kind == StateKind.TRANSFERRING:
+        summary, more = _transferring(handle, frame)
+        lines.extend(more)
     else:
         summary = f"{kind.value}; nothing to do"
     if kind in (StateKind.READY, StateKind.RUNNING, StateKind.FAILED, StateKind.CLAIMED):
@@ -169,6 +173,29 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
     report["lines"] = lines
     report["step"] = frame.step
     return report
+
+
+def _transferring(handle: WorkspaceHandle, frame: Any) -> tuple[str, list[str]]:
+    """Which transfer holds a transferring job and, when its ledger is unfinished, the command that settles it."""
+    note = (frame.notes or {}).get("transfer")
+    note = note if isinstance(note, dict) else {}
+    transfer_id, source, destination = note.get("id"), note.get("from"), note.get("to")
+    if not isinstance(transfer_id, str):
+        return "transferring, but its frame names no transfer; see 'httk workflow workspace fsck'", []
+    try:
+        state = Ledger(handle.fs, handle.layout, transfer_id, SOURCE, durable=handle.durable,
+                       clock=handle.ports.clock).state()
+    except (LedgerError, OSError, codec.DocumentError) as error:
+        return f"transferring: held by transfer {transfer_id} to {destination}, whose ledger is unreadable", [
+            str(error)]
+    held = f"held by transfer {transfer_id} to {destination}"
+    if state["final"]:
+        return (f"transferring: {held}, which ended ({state['step']}) without settling this job; see 'httk "
+                f"workflow workspace fsck {handle.reference}'"), []
+    fix = resume_command(source or handle.reference, destination or "DESTINATION")
+    where = f"at step {state['step']}" if state["step"] else "before its plan"
+    return (f"transferring: {held}, unfinished {where}; no manager claims it until the transfer ends: "
+            f"finish it with '{fix}' (unless that transfer's command is still running)"), []
 
 
 def _refusals(handle: WorkspaceHandle, marker: Marker) -> list[str]:

@@ -67,7 +67,8 @@ class RemoteSession:
 
     def httk(self, args: Sequence[str]) -> CommandResult:
         """Run ``httk ARGS`` there and capture its output; a missing httk is a one-line error."""
-        result = self.transport.run(launch_argv(self.httk_command, args), timeout=self.timeout)
+        result = self.transport.run(launch_argv(self.httk_command, args, remote=self.remote.name),
+                                    timeout=self.timeout)
         if result.returncode == 127 and not result.stdout and not result.stderr:
             raise self.no_httk()
         return result
@@ -85,7 +86,8 @@ class RemoteSession:
             return hand
 
         code = self.transport.stream(
-            launch_argv(self.httk_command, args, cwd), out=noting(out), err=noting(err), timeout=timeout
+            launch_argv(self.httk_command, args, cwd, remote=self.remote.name), out=noting(out), err=noting(err),
+            timeout=timeout,
         )
         if code == 127 and not seen:
             raise self.no_httk()
@@ -283,6 +285,74 @@ def manager_script(
     script = session.batch.compose_script(path, settings, list(manager_args), session.batch_httk_command(),
                                           workers=workers)
     return ManagerScript(path, settings, script)
+
+
+#: How long ``run`` waits for the remote's precheck before it submits without its advice.
+PRECHECK_SECONDS = 60.0
+
+
+def unresolved_settings(
+    session: RemoteSession, workspace: str, warn: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """The required settings the remote workspace's pending jobs lack, as its ``precheck`` reports them.
+
+    Each entry names the setting, the jobs and the fix (``settings_missing`` of ``precheck
+    --json``). A manager would fail those jobs at once, so ``run`` warns before it submits.
+    A remote whose precheck cannot say (an older httk, output that is no report) gives none,
+    and one that takes longer than :data:`PRECHECK_SECONDS` (a huge campaign) is a ``warn``:
+    the advice never stops a submission; the authoritative gate is at attempt start.
+    """
+    args = ["workflow", "precheck", "--json", "--", workspace]
+    try:
+        result = session.transport.run(launch_argv(session.httk_command, args, remote=session.remote.name),
+                                       timeout=min(session.timeout, PRECHECK_SECONDS))
+    except TransportError as error:
+        warn(f"remote {session.remote.name}: the pending jobs' settings were not checked ({error}); see "
+             f"'httk workflow precheck {session.remote.name}:{workspace}'")
+        return []
+    try:
+        report = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return []
+    missing = report.get("settings_missing") if isinstance(report, dict) else None
+    return [entry for entry in missing or () if isinstance(entry, dict) and entry.get("message")]
+
+
+#: ``sh -c SAVE_SCRIPTS httk-workflow DIR NAME...`` with a script on stdin: each NAME in DIR holds it,
+#: written to a hidden temp name first and renamed, so a reader never sees half a script.
+SAVE_SCRIPTS = """dir=$1; shift
+tmp=$(mktemp "$dir/.script.XXXXXXXX") || exit 1
+cat >"$tmp" || { rm -f "$tmp"; exit 1; }
+chmod 644 "$tmp"
+for name do cp "$tmp" "$dir/.$name.tmp" && mv -f "$dir/.$name.tmp" "$dir/$name" || { rm -f "$tmp"; exit 1; }; done
+rm -f "$tmp"
+"""
+
+
+def script_name(batch: str, job_id: str) -> str:
+    """The copy of the script a batch job ran, beside its output: ``slurm-4811.sh`` for ``slurm-4811.out``."""
+    return f"{batch}-{job_id}.sh"
+
+
+def save_scripts(
+    session: RemoteSession, workdir: str, script: str, job_ids: Sequence[str], warn: Callable[[str], None]
+) -> None:
+    """Keep a copy of the submitted ``script`` in ``workdir`` for each of ``job_ids`` (:func:`script_name`).
+
+    The jobs are queued already, so a copy that cannot be written is a ``warn``, never an error
+    (an error would invite submitting them again).
+    """
+    if not job_ids:
+        return
+    names = [script_name(session.batch.name, job_id) for job_id in job_ids]
+    try:
+        result = session.transport.run(["sh", "-c", SAVE_SCRIPTS, "httk-workflow", workdir, *names], input=script,
+                                       timeout=session.timeout)
+        failed = result.returncode != 0
+    except TransportError:
+        failed = True
+    if failed:
+        warn(f"remote {session.remote.name}: could not keep a copy of the batch script in {workdir}")
 
 
 @attrs.frozen

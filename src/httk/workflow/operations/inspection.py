@@ -16,16 +16,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import codec
-from ..domain.budgets import Counters, describe
 from ..domain.frames import JoinRecord, StateFrame
 from ..domain.lifecycle import TERMINAL_KINDS, StateKind
 from ..domain.model import check_placement
 from ..languages.realization import realization_of
 from ..protocol import JOB_FILE, JobSpec
 from ..store.discovery import walk_names
+from ..store.job_ids import submitted_at
 from ..store.journal import FrameDamage
 from ..store.markers import INIT_REF, Marker, newest_per_job
 from ..store.store import JobDamage, Store
+from ..store.transfer_ledger import resume_command, unfinished_sources
 from ..store.workspaces import WorkspaceHandle
 
 #: A resolution that finds nothing scans once more, because an exhaustive
@@ -147,6 +148,8 @@ def status(handle: WorkspaceHandle, *, check_limit: int = STATUS_CHECK_LIMIT) ->
     report = {
         "name": handle.name,
         "path": handle.root,
+        # How fix hints name it: REMOTE:PATH when the command was forwarded here.
+        "reference": handle.reference,
         "workspace_id": handle.workspace_id,
         "durable": handle.durable,
         "policy": handle.policy,
@@ -156,6 +159,12 @@ def status(handle: WorkspaceHandle, *, check_limit: int = STATUS_CHECK_LIMIT) ->
     }
     if unchecked:
         report["damage_unchecked"] = unchecked
+    # Jobs a killed transfer left transferring: nothing but finishing that transfer moves them again.
+    report["unfinished_transfers"] = [
+        entry if entry.get("problem") else
+        {**entry, "resume": resume_command(handle.reference, entry["destination"] or "DESTINATION")}
+        for entry in unfinished_sources(store.fs, store.layout, handle.ports.clock)
+    ]
     return report
 
 
@@ -197,6 +206,9 @@ def _job_bytes(store: Store, marker: Marker) -> bytes | None:
 
 
 def _budgets(spec: JobSpec, frame: StateFrame) -> dict[str, Any]:
+    # Imported here: only ``job show`` reports budgets, and status and list need none of their records.
+    from ..domain.budgets import Counters, describe
+
     # The counters' activation ordinal is 1-based; a job never claimed has consumed no activation.
     counters = Counters(
         activation_ordinal=max(frame.activation_ordinal, 1),
@@ -319,7 +331,7 @@ def _frame_part(store: Store, marker: Marker, frame: StateFrame | None, spec: Jo
     return {
         "step": frame.step,
         "event": frame.event,
-        "created_at": frame.created_at,
+        "created_at": frame.created_at if frame.generation else submitted_at(store.fs, store.layout, marker.job_id),
         "runner_steps": list(frame.runner_steps) if frame.runner_steps is not None else None,
         "activation_ordinal": frame.activation_ordinal,
         "attempt_ordinal": frame.attempt_ordinal,
@@ -355,7 +367,8 @@ def _initial_entry(store: Store, marker: Marker) -> dict[str, Any]:
         "generation": 0,
         "kind": StateKind.SUBMITTED.value,
         "event": "submit",
-        "created_at": None,
+        # Generation 0 has no frame: the submission's time is its id reservation's.
+        "created_at": submitted_at(store.fs, store.layout, marker.job_id),
         "step": step,
         "job_id": marker.job_id,
         "job_key": str(marker.key),

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from ..domain.submit_limits import SubmitLimits, allowed_submissions
+from ..domain.submit_limits import SubmitLimits, allowed_submissions, unknown_partition
 from ..ports import BatchSystem, BatchSystemError
 
 
@@ -47,9 +47,15 @@ class ManagerSubmission:
 
 
 def submit_managers(
-    batch: BatchSystem, script: str, *, workdir: str, requested: int, settings: Mapping[str, Any]
+    batch: BatchSystem, script: str, *, workdir: str, requested: int, settings: Mapping[str, Any],
+    workspace: str | None = None,
 ) -> ManagerSubmission:
-    """Submit ``script`` up to ``requested`` times to run in ``workdir``; raise :class:`SubmitLimitError` for none."""
+    """Submit ``script`` up to ``requested`` times to run in ``workdir``; raise :class:`SubmitLimitError` for none.
+
+    When the scheduler refuses the first one and the script's partition is one the scheduler
+    does not list, the error names the setting, the site's partitions and (with ``workspace``,
+    how the user names the workspace, ``REMOTE:WS``) the command that changes it.
+    """
     limits = batch.submit_limits(settings)
     allowance = allowed_submissions(requested, limits)
     if allowance.count == 0:
@@ -62,7 +68,12 @@ def submit_managers(
             job_ids.append(batch.submit(script, workdir=workdir))
         except BatchSystemError as error:
             if not job_ids:
-                raise
+                hint = unknown_partition(limits)
+                if hint is None:
+                    raise
+                command = (f" ('httk workflow workspace settings set {workspace} {limits.partition_setting} NAME')"
+                           if workspace and limits.partition_setting else "")
+                raise type(error)(f"{error}; {hint}{command}") from None
             reason = f"the scheduler refused the next one ({error}); {allowance.reason}"
             break
     return ManagerSubmission(requested, tuple(job_ids), reason, limits)

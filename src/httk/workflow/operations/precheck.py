@@ -1,6 +1,8 @@
 """``precheck``: a read-only readiness report for pending jobs, before managers start.
 
-For every submitted or ready job it checks that the runner reference resolves
+For every submitted or ready job it checks that every required setting its
+workflow declares resolves (job input, ``HTTK_*`` variable, workspace setting,
+declared default: a runner without one fails at once), that the runner reference resolves
 by the manager's own rule (:func:`.runners.resolve_runner`, including the safety
 property of payload runners) and, where pinned, that the stored bytes still have
 the pinned digest, and measures the job against the workspace's live managers.
@@ -13,16 +15,18 @@ Spec: 000 "Readiness and transfer environment advisories".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..domain.lifecycle import StateKind
 from ..domain.scheduling import Requirements, mismatches
 from ..languages.realization import LANGUAGE, LANGUAGES, missing_modules, realization_of
+from ..store.policy import setting_env_name
 from ..store.runners import RunnerUnavailable, digest_mismatch, resolve_runner
 from ..store.store import JobDamage
 from ..store.workspaces import WorkspaceHandle
 from .diagnosis import managers, offer_of
+from .workflows import declared_settings, setting_fix, unresolved_settings
 
 PENDING = (StateKind.SUBMITTED, StateKind.READY)
 
@@ -95,14 +99,42 @@ def _not_startable(fs: Any, path: str) -> str | None:
     return None
 
 
-def precheck(handle: WorkspaceHandle, *, uid: int, search_paths: Sequence[str] = ()) -> dict[str, Any]:
+def _setting_findings(handle: WorkspaceHandle, unresolved: Sequence[str]) -> list[dict[str, Any]]:
+    return [{"check": "setting", "status": "broken", "setting": name,
+             "message": f"required setting {name} resolves to nothing (no job input, no {setting_env_name(name)} "
+                        "in this environment, no workspace setting, no declared default): its runner fails at "
+                        f"once; set it with {setting_fix(handle, name)}, or export {setting_env_name(name)} in the "
+                        "manager's environment"} for name in unresolved]
+
+
+def _settings_notices(handle: WorkspaceHandle, needing: Mapping[str, list[str]]) -> list[dict[str, Any]]:
+    """One entry per unresolved setting: the jobs that need it and the fix."""
+    out = []
+    for name, keys in sorted(needing.items()):
+        shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        out.append({"setting": name, "jobs": keys, "fix": setting_fix(handle, name).strip("'"),
+                    "environment": setting_env_name(name),
+                    "message": f"setting {name} is required by {len(keys)} pending job(s) ({shown}) and resolves to "
+                               f"nothing: set it with {setting_fix(handle, name)}, or export "
+                               f"{setting_env_name(name)} in the manager's environment"})
+    return out
+
+
+def precheck(
+    handle: WorkspaceHandle, *, uid: int, search_paths: Sequence[str] = (), environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The readiness report; ``failed`` is true when something gives exit status 1.
 
-    ``uid`` is the account whose managers would run the jobs (the safety property of payload runners).
+    ``uid`` is the account whose managers would run the jobs (the safety property of payload runners);
+    ``environ`` is this process's environment, the ``HTTK_*`` layer of the settings check
+    (``None``: no such layer, only job inputs, workspace settings and declared defaults count).
     """
     live = [manager for manager in managers(handle) if manager["live"]]
     jobs: list[dict[str, Any]] = []
     failed = False
+    settings = handle.settings()
+    needing: dict[str, list[str]] = {}
+    declared_by_runner: dict[tuple[str, str, str | None], dict[str, dict[str, bool]]] = {}
     for kind in PENDING:
         for marker in handle.store.iter_markers(kind):
             entry: dict[str, Any] = {"job": str(marker.key), "kind": kind.value, "placement": marker.placement}
@@ -117,6 +149,17 @@ def precheck(handle: WorkspaceHandle, *, uid: int, search_paths: Sequence[str] =
             runner = {"check": "runner", **_runner_finding(handle, payload, spec, search_paths, uid)}
             findings = [runner]
             failed |= runner["status"] == "broken"
+            # One workflow.json read per pinned runner, not per job (a payload runner is per job).
+            pin = (spec.runner_source, spec.runner_path if spec.runner_source != "payload" else payload,
+                   spec.runner_sha256)
+            if pin not in declared_by_runner:
+                declared_by_runner[pin] = declared_settings(handle.fs, handle.layout, payload, spec)
+            unresolved = unresolved_settings(declared_by_runner[pin], inputs=spec.inputs, settings=settings,
+                                             environ=environ)
+            findings.extend(_setting_findings(handle, unresolved))
+            for name in unresolved:
+                needing.setdefault(name, []).append(str(marker.key))
+            failed |= bool(unresolved)
             engine = _engine_finding(spec, live, handle.ports.find_module)
             if engine is not None:
                 findings.append(engine)
@@ -137,6 +180,9 @@ def precheck(handle: WorkspaceHandle, *, uid: int, search_paths: Sequence[str] =
                                      "message": f"claimable by {', '.join(accepting)}"})
             entry["findings"] = findings
             jobs.append(entry)
-    notices = [] if live else ["no manager is live for this workspace; claimability was not measured"]
+    missing = _settings_notices(handle, needing)
+    notices = [entry["message"] for entry in missing]
+    if not live:
+        notices.append("no manager is live for this workspace; claimability was not measured")
     return {"workspace": handle.root, "jobs": jobs, "notices": notices, "failed": failed,
-            "settings": handle.settings()}
+            "settings": settings, "settings_missing": missing}

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import attrs
 
 from ..ports import Filesystem, RemoteTransport
+from ..store.workspaces import FORWARDED_ENV
 from .remotes import RemoteError
 
 #: ``~/.local/bin`` last on PATH: a pipx-installed httk is found without setting httk_command.
@@ -33,10 +34,12 @@ _PATH = 'PATH="${PATH:+$PATH:}$HOME/.local/bin"; export PATH'
 ADAPTER_PATH = _PATH
 _FOUND = 'found=$(command -v "$1" 2>/dev/null) && [ -x "$found" ] || exit 127'
 
-#: ``sh -c LAUNCH httk-workflow DIR COMMAND...``: run COMMAND in DIR ('' = the login directory).
+#: ``sh -c LAUNCH httk-workflow DIR REMOTE COMMAND...``: run COMMAND in DIR ('' = the login directory)
+#: with ``HTTK_WORKFLOW_FORWARDED_AS=REMOTE`` (unless ''): its fix hints then name workspaces ``REMOTE:PATH``.
 LAUNCH = f"""{_PATH}
 if [ -n "$1" ]; then cd "$1" || exit 125; fi
-shift
+if [ -n "$2" ]; then {FORWARDED_ENV}=$2; export {FORWARDED_ENV}; fi
+shift 2
 {_FOUND}
 exec "$@"
 """
@@ -78,9 +81,9 @@ LINK = 'while [ $# -gt 1 ]; do ln -s -- "$1" "$2" || exit 1; shift 2; done'
 _BATCH = 500
 
 
-def launch_argv(httk_command: Sequence[str], args: Sequence[str], cwd: str = "") -> list[str]:
-    """The argument vector that runs ``HTTK ARGS`` there through :data:`LAUNCH`."""
-    return ["sh", "-c", LAUNCH, "httk-workflow", cwd, *httk_command, *args]
+def launch_argv(httk_command: Sequence[str], args: Sequence[str], cwd: str = "", *, remote: str = "") -> list[str]:
+    """The argument vector that runs ``HTTK ARGS`` there through :data:`LAUNCH`, forwarded as ``remote``."""
+    return ["sh", "-c", LAUNCH, "httk-workflow", cwd, remote, *httk_command, *args]
 
 
 @attrs.frozen

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import errno
 import posixpath
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
@@ -45,6 +45,8 @@ MARKER_SUFFIX_RESERVE = 140
 #: What an attempt directory name adds to the attempt id: the ordinal and a dash.
 ATTEMPT_PREFIX_RESERVE = 21
 _SYMLINK_HOPS = 40
+#: Distinct job.json contents a batch remembers the definitions of (the bytes are the key: bounded memory).
+PARSED_LIMIT = 4096
 
 class SubmissionError(ValueError):
     """A payload or placement that cannot be submitted; nothing was written."""
@@ -71,6 +73,9 @@ class Planned:
     #: Where a copy is staged before it is renamed into place.
     staging: str
     warning: str | None
+    #: The job.json of a job submitted from its definition (:func:`plan_spec`): the payload is
+    #: this file alone, written into ``staging``; ``source`` then only names the job in messages.
+    data: bytes | None = None
 
     @property
     def reservation(self) -> Reservation:
@@ -142,11 +147,15 @@ def plan_submission(
     job_id: str | None = None,
     allow_missing_runner: bool = False,
     runner_check: Callable[[JobSpec, str], str | None] | None = None,
+    shapes: set[tuple[object, ...]] | None = None,
+    parsed: dict[bytes, JobSpec] | None = None,
 ) -> Planned:
     """Everything that can be known before the first write, checked; :class:`SubmissionError` if refused.
 
     Reads only. ``runner_check`` replaces :func:`check_runner` (a batch checks each
-    pinned runner once).
+    pinned runner once); ``shapes`` remembers the path shapes that fit the name limits
+    (:func:`path_shape`), so a batch checks each shape once; ``parsed`` the definitions of
+    the job.json contents read so far, so a batch validates each distinct content once.
     """
     fs = workspace.fs
     source = posixpath.normpath(payload)
@@ -162,10 +171,14 @@ def plan_submission(
         data = fs.read_bytes(job_file)
     except FileNotFoundError:
         raise SubmissionError(f"{job_file}: missing; prepare the payload with prepare_job_payload first") from None
-    try:
-        spec = parse_job_bytes(data, job_file)
-    except codec.DocumentError as error:
-        raise SubmissionError(str(error)) from None
+    spec = parsed.get(data) if parsed is not None else None
+    if spec is None:
+        try:
+            spec = parse_job_bytes(data, job_file)
+        except codec.DocumentError as error:
+            raise SubmissionError(str(error)) from None
+        if parsed is not None and len(parsed) < PARSED_LIMIT:
+            parsed[data] = spec
     chosen_tag = tag if tag is not None else spec.tag
     try:
         if chosen_tag is not None:
@@ -174,11 +187,20 @@ def plan_submission(
     except ValidationError as error:
         raise SubmissionError(str(error)) from None
     destination = workspace.layout.payload(placement, str(key))
-    if fs.exists(destination):
-        raise SubmissionError(f"{destination}: already exists")
-    check_id(workspace, Reservation(key.job_id, str(key), placement))
+    if job_id is not None:
+        # A generated id is a fresh random UUID that no job holds: the exclusive reservation and the
+        # no-replace rename would refuse a clash anyway, so only a chosen id costs these reads.
+        if fs.exists(destination):
+            raise SubmissionError(f"{destination}: already exists")
+        check_id(workspace, Reservation(key.job_id, str(key), placement))
     staging = f"{workspace.layout.tmp}/submit-{key.job_id}"
-    check_path_lengths(job_paths(workspace, source, placement, key, staging=None if move else staging), placement)
+    files = list(_payload_files(fs, source))
+    shape = path_shape(placement, key, files, staged=not move)
+    if shapes is None or shape not in shapes:
+        check_path_lengths(job_paths(workspace, source, placement, key, staging=None if move else staging,
+                                     files=files), placement)
+        if shapes is not None:
+            shapes.add(shape)
     if move:
         _check_same_filesystem(fs, source, destination, workspace.root)
     if runner_check is None:
@@ -186,6 +208,51 @@ def plan_submission(
     else:
         warning = runner_check(spec, source)
     return Planned(source, placement, key, spec, destination, staging, warning)
+
+
+def plan_spec(
+    workspace: WorkspaceHandle,
+    spec: JobSpec,
+    placement: str,
+    *,
+    label: str,
+    tag: str | None = None,
+    runner_check: Callable[[JobSpec, str | None], str | None] | None = None,
+    shapes: set[tuple[object, ...]] | None = None,
+) -> Planned:
+    """:func:`plan_submission` of the payload ``prepare_job_payload(DIR, spec)`` would make, without the directory.
+
+    The job.json bytes are the prepared payload's (:meth:`.JobSpec.to_bytes`, refused as a
+    reader refuses them); the job gets a fresh id. ``label`` names the job in messages.
+    Reads only.
+    """
+    try:
+        placement = check_placement(placement)
+    except ValidationError as error:
+        raise SubmissionError(str(error)) from None
+    try:
+        data = spec.to_bytes()
+    except codec.DocumentError as error:
+        raise SubmissionError(str(error)) from None
+    chosen_tag = tag if tag is not None else spec.tag
+    try:
+        if chosen_tag is not None:
+            check_tag(chosen_tag)
+        key = JobKey(workspace.ports.ids.new_id(), chosen_tag)
+    except ValidationError as error:
+        raise SubmissionError(str(error)) from None
+    destination = workspace.layout.payload(placement, str(key))
+    staging = f"{workspace.layout.tmp}/submit-{key.job_id}"
+    shape = path_shape(placement, key, (JOB_FILE,), staged=True)
+    if shapes is None or shape not in shapes:
+        check_path_lengths(job_paths(workspace, label, placement, key, staging=staging, files=(JOB_FILE,)), placement)
+        if shapes is not None:
+            shapes.add(shape)
+    if runner_check is None:
+        warning = check_runner(workspace, spec, allow_missing=False)
+    else:
+        warning = runner_check(spec, None)
+    return Planned(label, placement, key, spec, destination, staging, warning, data)
 
 
 def check_id(workspace: WorkspaceHandle, reservation: Reservation) -> None:
@@ -212,20 +279,31 @@ _FRESH_ID = "choose another job id, or let submission generate a fresh one"
 
 
 # -- checks before anything is written -----------------------------------------------------------
+def path_shape(placement: str, key: JobKey, files: Sequence[str], *, staged: bool) -> tuple[object, ...]:
+    """What decides :func:`check_path_lengths` of :func:`job_paths`: the placement, the payload's names, and
+    the byte lengths of the job key and id (every other component is the workspace's own).
+
+    Two jobs of one shape get the same verdict, so a batch checks each shape once.
+    """
+    return placement, _size(str(key)), _size(key.job_id), tuple(files), staged
+
+
 def job_paths(
-    workspace: WorkspaceHandle, source: str, placement: str, key: JobKey, *, staging: str | None
+    workspace: WorkspaceHandle, source: str, placement: str, key: JobKey, *, staging: str | None,
+    files: Sequence[str] | None = None,
 ) -> Iterator[tuple[str, bool]]:
     """``(path, depends_on_placement)`` for the longest paths the job will ever use.
 
-    The payload's files below the payload directory, the staged copy, the copies an
-    attempt seeds into its workdir, and the markers of every state kind (with room for
-    any generation and record reference).
+    The payload's files below the payload directory (``files``, relative, when the
+    caller has listed them already), the staged copy, the copies an attempt seeds into
+    its workdir, and the markers of every state kind (with room for any generation and
+    record reference).
     """
     layout = workspace.layout
     destination = layout.payload(placement, str(key))
     attempt = layout.attempt_dir(key.job_id, 0, key.job_id)
     workdirs = (f"{attempt}{'0' * ATTEMPT_PREFIX_RESERVE}/workdir", layout.persistent_workdir(key.job_id))
-    for relative in _payload_files(workspace.fs, source):
+    for relative in _payload_files(workspace.fs, source) if files is None else files:
         yield f"{destination}/{relative}", True
         if staging is not None:
             yield f"{staging}/{relative}", False

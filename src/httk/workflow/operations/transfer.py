@@ -31,7 +31,7 @@ from ..store.runners import object_path
 from ..store.store import JobDamage, LostRace
 from ..store.transfer_ledger import ROLLED_BACK, SOURCE, Ledger, LedgerError, TransferSide, iter_ledgers
 from .inspection import SelectorError, job_log, resolve_job
-from .workflows import WORKFLOW_FILE
+from .workflows import declared_settings
 
 #: What ``transfer SRC DST`` selects without --job or --kind: the jobs that will not run on their own.
 STOPPED_KINDS = (StateKind.PAUSED, StateKind.SUCCEEDED, StateKind.FAILED, StateKind.CANCELLED)
@@ -239,22 +239,7 @@ class SourceSide(TransferSide):
 
     def _declared_settings(self, marker: Marker, spec: JobSpec) -> dict[str, dict[str, Any]]:
         """The settings the job's workflow declares (``workflow.json`` beside its runner), else none."""
-        if spec.runner_source == "workspace":
-            tree = object_path(self.layout, spec.runner_sha256 or "", spec.runner_path)
-        elif spec.runner_source == "payload":
-            tree = posixpath.dirname(f"{self.store.payload_dir(marker)}/{spec.runner_path}")
-        else:
-            return {}
-        path = f"{tree}/{WORKFLOW_FILE}"
-        try:
-            declared = codec.decode_object(self.fs.read_document(path), path).get("settings")
-        except (OSError, codec.DocumentError):
-            return {}
-        out: dict[str, dict[str, Any]] = {}
-        for name, entry in (declared or {}).items() if isinstance(declared, dict) else ():
-            entry = entry if isinstance(entry, dict) else {}
-            out[str(name)] = {"required": bool(entry.get("required")), "has_default": "default" in entry}
-        return out
+        return dict(declared_settings(self.fs, self.layout, self.store.payload_dir(marker), spec))
 
     def pending(self) -> list[dict[str, Any]]:
         """Every unfinished transfer of this workspace as a source, with its header."""
@@ -428,7 +413,8 @@ class SourceSide(TransferSide):
             if found is not None:
                 marker, frame = found
                 try:
-                    self.store.transition(marker, frame, Event.TRANSFER_RETIRE, leave_to=f"{ledger.directory}/retired")
+                    self.store.transition(marker, frame, Event.TRANSFER_RETIRE, leave_to=f"{ledger.directory}/retired",
+                                          notes=frame.notes, reason=frame.reason)
                 except LostRace:
                     pass  # another run of this retire moved it first
             for path in bundles.job_trees(self.layout, str(job["placement"]), str(job["job_key"]),

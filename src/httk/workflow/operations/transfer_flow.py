@@ -111,8 +111,8 @@ class RemoteEndpoint:
             args.append(self.workspace)
         try:
             # Through the launcher every forwarded command uses, so a pipx httk in ~/.local/bin is found.
-            result = self.transport.run(launch_argv(self.httk_command, args), input=codec.dumps(dict(request)),
-                                        timeout=self.timeout)
+            result = self.transport.run(launch_argv(self.httk_command, args, remote=self.remote),
+                                        input=codec.dumps(dict(request)), timeout=self.timeout)
         except TransportError as error:
             raise Unreachable(role, f"remote {self.remote}: {error}") from None
         if result.returncode in (126, 127):
@@ -280,13 +280,14 @@ class Transfer:
     def advance(self, transfer_id: str, *, resumed: bool) -> dict[str, Any]:
         """Run ``transfer_id`` to its end (retired or rolled back), or hold it when a side is out of reach."""
         refusal: str | None = None
-        for _ in range(_MAX_PASSES):
+        for passes in range(_MAX_PASSES):
             try:
                 state = self.src.call(SOURCE, "state", {"transfer_id": transfer_id})
             except Unreachable as error:
                 return self._held(transfer_id, None, str(error), resumed)
             if state["final"]:
-                return self._outcome(state, refusal, resumed)
+                # Final before any step of ours: an earlier run did all of it, and nothing moved now.
+                return self._outcome(state, refusal, resumed and passes > 0, already=passes == 0)
             step = state["step"]
             try:
                 try:
@@ -425,7 +426,10 @@ class Transfer:
         self.src.call(SOURCE, "acknowledge", {"transfer_id": transfer_id, "ack": ack})
 
     # -- outcomes --------------------------------------------------------------------------------
-    def _outcome(self, state: Mapping[str, Any], refusal: str | None, resumed: bool) -> dict[str, Any]:
+    def _outcome(
+        self, state: Mapping[str, Any], refusal: str | None, resumed: bool, *, already: bool = False
+    ) -> dict[str, Any]:
+        """How one transfer ended; ``already``: it had ended before this command (this one moved nothing)."""
         retired = state["step"] == "retired"
         return {
             "transfer_id": state["transfer_id"],
@@ -434,6 +438,7 @@ class Transfer:
             "bytes": state.get("bytes") or 0,
             "reason": None if retired else (refusal or state.get("reason")),
             "resumed": resumed,
+            "already": already,
         }
 
     def _held(self, transfer_id: str, step: str | None, message: str, resumed: bool) -> dict[str, Any]:
@@ -447,4 +452,5 @@ class Transfer:
                        f"same command again, or 'httk workflow transfer {self.src.label} {self.dst.label} --resume', "
                        "to finish it"),
             "resumed": resumed,
+            "already": False,
         }

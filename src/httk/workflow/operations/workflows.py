@@ -430,6 +430,11 @@ def resolve_inputs(
         source = posixpath.normpath(text if text.startswith("/") else posixpath.join(cwd, text))
         info = fs.lstat(source)
         if not text or info is None or (info.is_symlink and not fs.exists(source)):
+            if handle.remote:
+                # Forwarded: the client sends every --input file it has, so this one is missing over there.
+                raise WorkflowError(f"--input {key}: no file {text!r} on the machine that ran 'job new' (it sends "
+                                    f"the --input files it finds there to remote {handle.remote}); give the path "
+                                    "of an existing local file")
             raise WorkflowError(f"--input {key}: no file {text!r} (looked at {source}); give the path of an "
                                 "existing file")
         if info.is_dir:
@@ -463,17 +468,65 @@ def _declaration(workflow: Workflow, staged: Mapping[str, str], digests: Mapping
     }
 
 
-def _missing_settings(handle: WorkspaceHandle, workflow: Workflow) -> list[str]:
+def missing_settings(handle: WorkspaceHandle, workflow: Workflow) -> list[str]:
+    """A warning per required setting of ``workflow`` this workspace lacks (``job new`` prints them)."""
     present = handle.settings()
     out = []
     for name, declared in workflow.settings.items():
         if declared.get("required") and name not in present:
             out.append(
-                f"workspace {handle.root} has no setting {name}: set it before a manager runs this job "
-                f"('httk workflow workspace settings set {handle.root} {name} VALUE'), in the workspace it "
-                f"is transferred to, or as {setting_env_name(name)} in the manager's environment"
+                f"workspace {handle.reference} has no setting {name}: set it before a manager runs this job "
+                f"({setting_fix(handle, name)}), in the workspace it is transferred to, or as "
+                f"{setting_env_name(name)} in the manager's environment"
             )
     return out
+
+
+def setting_fix(handle: WorkspaceHandle, name: str) -> str:
+    """The command that gives this workspace the setting ``name``, as the user types it here."""
+    return f"'httk workflow workspace settings set {handle.reference} {name} VALUE'"
+
+
+def declared_settings(fs: Filesystem, layout: Any, payload: str, spec: JobSpec) -> dict[str, dict[str, bool]]:
+    """The settings a job's workflow declares, ``{name: {required, has_default}}``; none when it has no document.
+
+    The declaration is the ``workflow.json`` beside the runner the job pins (a workspace
+    runner's stored object, or a payload runner's directory); an installed runner has none.
+    """
+    if spec.runner_source == "workspace":
+        tree = object_path(layout, spec.runner_sha256 or "", spec.runner_path)
+    elif spec.runner_source == "payload":
+        tree = posixpath.dirname(f"{payload}/{spec.runner_path}")
+    else:
+        return {}
+    path = f"{tree}/{WORKFLOW_FILE}"
+    try:
+        declared = codec.decode_object(fs.read_document(path), path).get("settings")
+    except (OSError, codec.DocumentError):
+        return {}
+    out: dict[str, dict[str, bool]] = {}
+    for name, entry in (declared or {}).items() if isinstance(declared, dict) else ():
+        entry = entry if isinstance(entry, dict) else {}
+        out[str(name)] = {"required": bool(entry.get("required")), "has_default": "default" in entry}
+    return out
+
+
+def unresolved_settings(
+    declared: Mapping[str, Mapping[str, bool]], *, inputs: Mapping[str, Any], settings: Mapping[str, Any],
+    environ: Mapping[str, str] | None,
+) -> list[str]:
+    """The required declared settings nothing resolves, in the runner's layers.
+
+    The layers are the job's inputs, an ``HTTK_*`` variable in ``environ`` (``None``:
+    that layer is not this process's to judge, as for a transfer's destination), the
+    workspace ``settings``, then the declared default. A runner that reads such a
+    setting fails its attempt at once (``vasp_command_missing``).
+    """
+    return sorted(
+        name for name, entry in declared.items()
+        if entry.get("required") and not entry.get("has_default") and name not in inputs and name not in settings
+        and (environ is None or setting_env_name(name) not in environ)
+    )
 
 
 def new_job(
@@ -537,5 +590,5 @@ def new_job(
         submitted = submit(handle, payload, chosen, move=True, tag=tag, job_id=key.job_id)
     finally:
         fs.rmtree(scratch)
-    warnings = tuple(_missing_settings(handle, workflow))
+    warnings = tuple(missing_settings(handle, workflow))
     return NewJob(submitted, workflow, reference, values, staged, warnings)

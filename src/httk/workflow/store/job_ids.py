@@ -114,6 +114,26 @@ def read_reservation(fs: Filesystem, layout: Layout, job_id: str) -> Reservation
     return reservation
 
 
+#: The origins whose reservation is made as the job is created here, so its time is the submission's.
+_CREATING = ("submission", "spawn")
+
+
+def submitted_at(fs: Filesystem, layout: Layout, job_id: str) -> float | None:
+    """When ``job_id`` was submitted (or spawned) here: its reservation's time, published just before its payload.
+
+    ``None`` for a job that arrived by transfer or whose reservation fsck recreated
+    (neither time is the submission's), and for one without a readable reservation.
+    """
+    try:
+        held = read_reservation(fs, layout, job_id)
+    except (JobIdTaken, codec.DocumentError):
+        return None
+    if held is None or held.origin not in _CREATING:
+        return None
+    info = fs.lstat(layout.id_reservation(job_id))
+    return info.mtime if info is not None else None
+
+
 def check_job_id(fs: Filesystem, layout: Layout, wanted: Reservation) -> bool:
     """Whether ``wanted`` is reserved already (a replay); ``False`` when the id is free.
 

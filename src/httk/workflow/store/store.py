@@ -20,7 +20,7 @@ from .. import codec
 from ..domain.frames import StateFrame
 from ..domain.lifecycle import LEAVING_EVENTS, Event, StateKind, next_kind
 from ..domain.model import JobKey
-from ..domain.scheduling import placement_matches
+from ..domain.placement import placement_matches
 from ..ports import Clock, Filesystem, unreadable
 from ..protocol import JOB_FILE, JobSpec, parse_job_bytes
 from .journal import FrameDamage, JournalReader, JournalWriter
@@ -213,7 +213,8 @@ class Store:
         if (Event(event) in LEAVING_EVENTS) != (leave_to is not None):
             raise ValueError(f"event {Event(event).value!r}: leave_to is for the events that leave the state tree")
         priority = changes.pop("priority", marker.priority)
-        frame = current.evolve(
+        # successor, not evolve: a frame's reason, operator and per-transition notes are its own transition's.
+        frame = current.successor(
             generation=marker.generation + 1,
             kind=kind,
             event=event.value,

@@ -234,6 +234,45 @@ def iter_ledgers(fs: Filesystem, layout: Layout) -> Iterator[tuple[str, str]]:
             yield entry.name, str(role)
 
 
+def resume_command(source: str, destination: str) -> str:
+    """The command that finishes an unfinished transfer from ``source`` to ``destination`` (as the user names them)."""
+    return f"httk workflow transfer {source} {destination} --resume"
+
+
+def unfinished_sources(fs: Filesystem, layout: Layout, clock: Clock) -> list[dict[str, Any]]:
+    """Every transfer this workspace is the source of that has a plan but no final step, read only.
+
+    Each is ``{transfer_id, step, destination, jobs}`` (``destination`` as its command
+    named it, ``jobs`` the planned job keys). Its jobs stay ``transferring`` until the
+    transfer is finished: a killed command leaves it so, and only running it again (or
+    with ``--resume``) settles it. A command still running shows here as well.
+
+    A ledger that does not read is listed with its ``problem`` (and no jobs) instead of
+    stopping the listing: status reports damage, it does not refuse because of it.
+    """
+    out: list[dict[str, Any]] = []
+    for transfer_id, role in iter_ledgers(fs, layout):
+        if role != SOURCE:
+            continue
+        ledger = Ledger(fs, layout, transfer_id, SOURCE, durable=False, clock=clock)
+        try:
+            state = ledger.state()
+            if state["final"] or state["step"] is None:
+                continue  # never planned: no job was touched
+            planned = (ledger.read_slot(1) or {}).get("jobs") or []
+        except (LedgerError, OSError, codec.DocumentError) as error:
+            out.append({"transfer_id": transfer_id, "step": None, "destination": None, "jobs": [],
+                        "problem": " ".join(str(error).split())})
+            continue
+        try:
+            destination = (ledger.header().get("destination") or {}).get("label")
+        except (LedgerError, OSError, codec.DocumentError):
+            destination = None
+        out.append({"transfer_id": transfer_id, "step": state["step"], "destination": destination,
+                    "jobs": [str(job.get("job_key")) for job in planned if isinstance(job, dict)]})
+    return out
+
+
 def held_by_transfer(fs: Filesystem, layout: Layout, frame: Mapping[str, Any] | None) -> bool:
     """Whether a job with this newest frame and no marker belongs to a transfer rather than being damage.
 

@@ -24,6 +24,14 @@ from .layout import Layout
 from .store import Store, StoreConfig
 
 REQUEST_DIRS = ("tmp", "ready", "claimed", "applied", "retired", "quarantine")
+#: Set by the forwarding side in a command it runs on a remote: that remote's name, as its user calls
+#: it. Fix hints then name workspaces ``REMOTE:PATH``, so the command they give runs where it must.
+FORWARDED_ENV = "HTTK_WORKFLOW_FORWARDED_AS"
+
+
+def spelled(remote: str | None, path: str) -> str:
+    """How a fix hint names the workspace ``path``: ``REMOTE:PATH`` in a command forwarded as ``remote``."""
+    return f"{remote}:{path}" if remote else path
 
 
 class WorkspaceError(Exception):
@@ -67,16 +75,23 @@ class Ports:
 class WorkspaceHandle:
     """One attached workspace: its layout, format document and store."""
 
-    def __init__(self, ports: Ports, layout: Layout, document: dict[str, Any]) -> None:
+    def __init__(self, ports: Ports, layout: Layout, document: dict[str, Any], *, remote: str | None = None) -> None:
         self.ports = ports
         self.fs = ports.fs
         self.layout = layout
         self.document = document
+        #: The remote this workspace is reached as when the command was forwarded here, else ``None``.
+        self.remote = remote
         self._store: Store | None = None
 
     @property
     def root(self) -> str:
         return self.layout.root
+
+    @property
+    def reference(self) -> str:
+        """The workspace as a fix hint names it: its path, ``REMOTE:PATH`` in a forwarded command."""
+        return spelled(self.remote, self.layout.root)
 
     @property
     def workspace_id(self) -> str:
@@ -182,12 +197,14 @@ class WorkspaceService:
     def __init__(self, ports: Ports) -> None:
         self.ports = ports
 
-    def init(self, path: str, *, name: str | None = None, durable: bool = True) -> WorkspaceHandle:
-        """Create the control tree, or adopt an existing workspace at ``path`` unchanged."""
+    def init(
+        self, path: str, *, name: str | None = None, durable: bool = True, remote: str | None = None
+    ) -> WorkspaceHandle:
+        """Create the control tree, or adopt an existing workspace at ``path`` unchanged (``remote``: :meth:`open`)."""
         fs = self.ports.fs
         layout = Layout.at(path)
         if fs.exists(layout.format_file):
-            return self.open(path)
+            return self.open(path, remote=remote)
         info = fs.lstat(layout.root)
         if info is not None and not info.is_dir:
             raise WorkspaceError(f"{layout.root}: exists and is not a directory; choose another path")
@@ -212,18 +229,24 @@ class WorkspaceService:
         try:
             fs.write_new(layout.format_file, codec.encode(document), durable=durable)
         except FileExistsError:
-            return self.open(path)
-        return WorkspaceHandle(self.ports, layout, document)
+            return self.open(path, remote=remote)
+        return WorkspaceHandle(self.ports, layout, document, remote=remote)
 
-    def open(self, path: str) -> WorkspaceHandle:
+    def open(self, path: str, *, remote: str | None = None) -> WorkspaceHandle:
+        """Attach the workspace at ``path``; ``remote``: the command was forwarded here as that remote.
+
+        A forwarded command's refusals and fix hints then name the workspace
+        ``REMOTE:PATH`` (:attr:`WorkspaceHandle.reference`), as the user must type it.
+        """
         fs = self.ports.fs
         layout = Layout.at(path)
         try:
             data = fs.read_document(layout.format_file)
         except FileNotFoundError:
+            where = spelled(remote, layout.root)
             raise WorkspaceError(
-                f"{layout.root}: not an httk-workflow workspace (no .httk-workflow/format.json); "
-                f"create it with 'httk workflow workspace init {layout.root}'"
+                f"{where}: not an httk-workflow workspace (no .httk-workflow/format.json); "
+                f"create it with 'httk workflow workspace init {where}'"
             ) from None
         except OSError as error:
             # A directory, FIFO, symlink or oversized file is refused unread: opening one never blocks.
@@ -237,4 +260,4 @@ class WorkspaceService:
             document["policy"] = policy_rules.validate_policy(record.policy or {})
         except policy_rules.PolicyError as error:
             raise WorkspaceError(f"{layout.format_file}: {error}") from None
-        return WorkspaceHandle(self.ports, layout, document)
+        return WorkspaceHandle(self.ports, layout, document, remote=remote)

@@ -94,6 +94,8 @@ class FakeProcessControl:
         self.processes: list[FakeProcess] = []
         self.signals: list[tuple[int, str]] = []
         self.terminate_callback: Callable[[int], None] | None = None
+        #: How many times a manager released launching (:meth:`close`).
+        self.closed = 0
 
     def hostname(self) -> str:
         return self.host
@@ -142,3 +144,6 @@ class FakeProcessControl:
 
     def on_terminate(self, callback: Callable[[int], None]) -> None:
         self.terminate_callback = callback
+
+    def close(self) -> None:
+        self.closed += 1

@@ -324,6 +324,9 @@ def limits_from_reports(
         max_wall_source=wall.source,
         job_wall_seconds=job_wall,
         notes=tuple(notes),
+        unknown_partitions=tuple(missing) if partitions else (),
+        site_partitions=tuple(p.name for p in partitions),
+        partition_setting="slurm.partition",
     )
 
 

@@ -1,0 +1,293 @@
+"""The preloaded Python launcher against real processes: every runner it forks behaves as ``python entry.py``.
+
+Each case runs one entry file twice, through the zygote and through a control with
+the preload off (a fresh interpreter), and compares what a runner or a manager can
+observe: exit status, both logs, argv, ``sys.path[0]``, cwd, environment, umask,
+descriptors, process group and parent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from httk.workflow.adapters import process_groups
+from httk.workflow.adapters.process import GATE_CLOSED_STATUS, LocalProcessControl
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux only")
+
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
+       "HTTK_WORKFLOW_JOB_ID": "job-1", "ODD NAME": "x y"}
+
+PROBE = """
+import json, os, resource, signal, sys
+fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+report = {
+    "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "env": dict(os.environ),
+    "umask": os.umask(0o22), "pgid_is_pid": os.getpgrp() == os.getpid(), "ppid": os.getppid(),
+    "sid": os.getsid(0), "fds": fds[:3], "extra_fds": len(fds) - 4, "name": __name__, "file": __file__,
+    "globals": sorted(globals()), "orig_argv": sys.orig_argv[1:],
+    "sigint": repr(signal.getsignal(signal.SIGINT)), "sigpipe": repr(signal.getsignal(signal.SIGPIPE)),
+    "sigterm": repr(signal.getsignal(signal.SIGTERM)),
+    "blocked": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    "rlimits": {n: resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")},
+    "cmdline": open("/proc/self/cmdline", "rb").read().decode(),
+    "environ": open("/proc/self/environ", "rb").read().decode(),
+    "stdio": [[type(s.buffer).__name__, s.buffer.__sizeof__(), getattr(s.buffer, "raw", s.buffer).name, s.mode,
+               s.encoding, s.errors, s.line_buffering, s.write_through, s is getattr(sys, "__" + n + "__")]
+              for n, s in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr))],
+}
+print(json.dumps(report))
+"""
+
+CASES = {
+    "ok": "print('hello')\n",
+    "system_exit_3": "import sys\nprint('out')\nsys.exit(3)\n",
+    "system_exit_none": "raise SystemExit(None)\n",
+    "system_exit_message": "raise SystemExit('refused: because')\n",
+    "system_exit_big": "raise SystemExit(2**40)\n",
+    "uncaught": "def f():\n    raise ValueError('boom')\nprint('before')\nf()\n",
+    "chained": "try:\n    1/0\nexcept ZeroDivisionError:\n    raise KeyError('k')\n",
+    "syntax_error": "def (:\n",
+    "keyboard_interrupt": "raise KeyboardInterrupt\n",
+    "atexit_and_buffered": (
+        "import atexit, sys\natexit.register(lambda: print('at exit'))\n"
+        "sys.stdout.write('no newline')\n"
+    ),
+    "thread_joined": (
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
+    ),
+    "sdk_import": "from httk.workflow import Runner\nprint(Runner.__name__)\n",
+    "signal_self": "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n",
+}
+
+
+@pytest.fixture
+def preloaded(tmp_path):
+    control = LocalProcessControl()
+    yield control
+    control.close()
+
+
+def run(control: LocalProcessControl, where: Path, source: str, env: dict[str, str] = ENV,
+        args: tuple[str, ...] = ()) -> tuple[int | None, str, str]:
+    runner = where / "runner"
+    work = where / "work"
+    runner.mkdir(parents=True, exist_ok=True)
+    work.mkdir(exist_ok=True)
+    (runner / "run.py").write_text(textwrap.dedent(source))
+    process = control.launch([sys.executable, str(runner / "run.py"), *args], cwd=str(work), env=env,
+                             stdout_path=str(where / "out.log"), stderr_path=str(where / "err.log"))
+    process.release()
+    code = process.wait(60)
+    process.close()
+    return code, (where / "out.log").read_text(), (where / "err.log").read_text()
+
+
+def normalized(text: str, where: Path) -> str:
+    return text.replace(str(where), "WHERE")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_exit_status_and_logs_are_those_of_a_fresh_interpreter(case, preloaded, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, "httk.workflow.manager")
+    fresh = LocalProcessControl(python_preload=False)
+    code, out, err = run(preloaded, tmp_path / "zygote", CASES[case])
+    expected_code, expected_out, expected_err = run(fresh, tmp_path / "fresh", CASES[case])
+    assert preloaded.python_preload is not None and preloaded.python_preload.zygote_pid is not None
+    assert "python preload not used" not in caplog.text
+    assert code == expected_code
+    assert normalized(out, tmp_path / "zygote") == normalized(expected_out, tmp_path / "fresh")
+    assert normalized(err, tmp_path / "zygote") == normalized(expected_err, tmp_path / "fresh")
+
+
+def test_the_listed_statuses_hold(preloaded, tmp_path):
+    assert run(preloaded, tmp_path / "a", CASES["ok"])[0] == 0
+    assert run(preloaded, tmp_path / "b", CASES["system_exit_3"])[0] == 3
+    code, _, err = run(preloaded, tmp_path / "c", CASES["uncaught"])
+    assert code == 1
+    assert err.startswith("Traceback (most recent call last):\n")
+    assert "python_zygote" not in err and "ValueError: boom" in err
+    assert run(preloaded, tmp_path / "d", CASES["keyboard_interrupt"])[0] == -signal.SIGINT
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED"])
+def test_process_and_environment_are_those_of_a_fresh_interpreter(preloaded, tmp_path, unbuffered):
+    env = dict(ENV, PYTHONUNBUFFERED="1") if unbuffered else ENV
+    fresh = LocalProcessControl(python_preload=False)
+    old = os.umask(0o027)
+    try:
+        # The zygote starts with this attempt's environment; the next attempt must see only its own.
+        assert run(preloaded, tmp_path / "warm", CASES["ok"], env=dict(env, FIRST_ONLY="1"))[0] == 0
+        zygote = run(preloaded, tmp_path / "zygote", PROBE, env=env, args=("x", "--y"))
+        spawned = run(fresh, tmp_path / "fresh", PROBE, env=env, args=("x", "--y"))
+    finally:
+        os.umask(old)
+    assert zygote[0] == spawned[0] == 0, (zygote, spawned)
+    seen, expected = (json.loads(normalized(result[1], tmp_path / name))
+                      for result, name in ((zygote, "zygote"), (spawned, "fresh")))
+    assert seen == expected
+    # os.environ replaced, nothing of the zygote's kept; what the interpreter's start adds (PEP 538) as fresh.
+    assert {key: value for key, value in seen["env"].items() if key != "LC_CTYPE"} == env
+    assert seen["argv"] == ["WHERE/runner/run.py", "x", "--y"] and seen["path0"] == "WHERE/runner"
+    assert seen["cwd"] == "WHERE/work" and seen["umask"] == 0o027 and seen["extra_fds"] == 0
+    assert seen["pgid_is_pid"] and seen["ppid"] == os.getpid() and seen["sid"] == os.getsid(0)
+
+
+def test_an_abandoned_gate_exits_125_and_the_runner_never_runs(preloaded, tmp_path):
+    run(preloaded, tmp_path / "warm", CASES["ok"])  # the zygote is up
+    (tmp_path / "runner").mkdir()
+    (tmp_path / "runner" / "run.py").write_text("open('ran', 'w').close()\n")
+    process = preloaded.launch([sys.executable, str(tmp_path / "runner" / "run.py")], cwd=str(tmp_path), env=ENV,
+                               stdout_path=str(tmp_path / "out.log"), stderr_path=str(tmp_path / "err.log"))
+    assert process.identity.pid != preloaded.python_preload.zygote_pid
+    assert process.wait(0.3) is None  # held at the gate, as the manager's child
+    assert process_groups.read_stat(process.identity.pid)[1] == os.getpid()
+    assert process.identity.start_ticks == process_groups.read_stat(process.identity.pid)[3]
+    assert process.identity.pgid == process.identity.pid
+    assert preloaded.is_alive(process.identity) is True
+    process.abandon()
+    assert process.wait(10) == GATE_CLOSED_STATUS
+    assert not (tmp_path / "ran").exists()
+    assert preloaded.is_alive(process.identity) is False
+
+
+def test_a_group_signal_stops_a_preloaded_runner_and_its_children(preloaded, tmp_path):
+    source = """
+    import subprocess, time
+    subprocess.Popen(["sleep", "60"])
+    open("started", "w").close()
+    time.sleep(60)
+    """
+    (tmp_path / "runner").mkdir()
+    (tmp_path / "runner" / "run.py").write_text(textwrap.dedent(source))
+    process = preloaded.launch([sys.executable, str(tmp_path / "runner" / "run.py")], cwd=str(tmp_path), env=ENV,
+                               stdout_path=str(tmp_path / "out.log"), stderr_path=str(tmp_path / "err.log"))
+    process.release()
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert preloaded.group_alive(process.identity.pgid)
+    assert preloaded.terminate_group(process.identity.pgid)
+    assert process.wait(10) == -signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while preloaded.group_alive(process.identity.pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not preloaded.group_alive(process.identity.pgid)
+
+
+def test_a_different_pythonpath_falls_back_to_a_fresh_interpreter(preloaded, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, "httk.workflow.manager")
+    assert run(preloaded, tmp_path / "warm", CASES["ok"])[0] == 0
+    elsewhere = tmp_path / "lib"
+    elsewhere.mkdir()
+    (elsewhere / "marker_module.py").write_text("VALUE = 'from PYTHONPATH'\n")
+    env = dict(ENV, PYTHONPATH=f"{elsewhere}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep))
+    code, out, _ = run(preloaded, tmp_path / "other", "import marker_module, sys\nprint(marker_module.VALUE)\n",
+                       env=env)
+    assert (code, out) == (0, "from PYTHONPATH\n")
+    assert "python preload not used" in caplog.text and "PYTHONPATH" in caplog.text
+
+
+def test_a_runner_module_shadowing_a_preloaded_one_falls_back(preloaded, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, "httk.workflow.manager")
+    assert run(preloaded, tmp_path / "warm", CASES["ok"])[0] == 0
+    where = tmp_path / "shadow"
+    (where / "runner").mkdir(parents=True)
+    (where / "runner" / "attr.py").write_text("VALUE = 'the runner attr'\n")
+    code, out, _ = run(preloaded, where, "import attr\nprint(attr.VALUE)\n")
+    assert (code, out) == (0, "the runner attr\n")
+    assert "shadows preloaded modules: attr" in caplog.text
+
+
+def test_changed_resource_limits_fall_back_to_a_fresh_interpreter(preloaded, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, "httk.workflow.manager")
+    assert run(preloaded, tmp_path / "warm", CASES["ok"])[0] == 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 512) - 1, hard))
+    try:
+        code, out, _ = run(preloaded, tmp_path / "lowered",
+                           "import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert (code, out) == (0, f"{min(soft, 512) - 1}\n")
+    assert "resource limits changed since the zygote started" in caplog.text
+
+
+def test_another_interpreter_is_spawned(preloaded, tmp_path):
+    (tmp_path / "run.py").write_text("print('hi')\n")
+    process = preloaded.launch([os.path.realpath(sys.executable) + "-nonexistent", str(tmp_path / "run.py")],
+                               cwd=str(tmp_path), env=ENV, stdout_path=str(tmp_path / "out.log"),
+                               stderr_path=str(tmp_path / "err.log"))
+    process.release()
+    assert process.wait(10) == GATE_CLOSED_STATUS
+    assert preloaded.python_preload is None or preloaded.python_preload.zygote_pid is None
+
+
+def test_the_off_switch_never_starts_a_zygote(tmp_path):
+    control = LocalProcessControl(python_preload=False)
+    assert run(control, tmp_path, CASES["ok"]) == (0, "hello\n", "")
+    assert control.python_preload is None
+
+
+THREAD_PROBE = """
+import ctypes, os, signal, threading
+signal.pthread_kill(threading.main_thread().ident, 0)  # ESRCH when the C library keeps another thread's id
+libc = ctypes.CDLL(None, use_errno=True)
+libc.pthread_self.restype = ctypes.c_ulong
+mask = (ctypes.c_ulong * 16)()
+mask[0] = 1  # CPU 0 only, through pthread_self() as OpenMP binding does
+assert libc.pthread_setaffinity_np(ctypes.c_ulong(libc.pthread_self()), ctypes.sizeof(mask), mask) == 0
+print(sorted(os.sched_getaffinity(0)))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to see a binding move")
+def test_a_preloaded_runner_s_thread_calls_act_on_the_runner_not_the_zygote(preloaded, tmp_path):
+    assert run(preloaded, tmp_path / "warm", CASES["ok"])[0] == 0
+    zygote = preloaded.python_preload.zygote_pid
+    before = os.sched_getaffinity(zygote)
+    code, out, err = run(preloaded, tmp_path / "probe", THREAD_PROBE)
+    assert (code, out, err) == (0, "[0]\n", "")
+    assert os.sched_getaffinity(zygote) == before  # the binding went to the runner, and later runners are free
+
+
+def test_a_crashed_zygote_is_restarted_once(preloaded, tmp_path):
+    assert run(preloaded, tmp_path / "a", CASES["ok"])[0] == 0
+    preload = preloaded.python_preload
+    first = preload.zygote_pid
+    os.kill(first, signal.SIGKILL)
+    # The launch that finds it lost spawns fresh; the next starts a new zygote.
+    assert run(preloaded, tmp_path / "b", CASES["ok"]) == (0, "hello\n", "")
+    assert run(preloaded, tmp_path / "c", CASES["ok"]) == (0, "hello\n", "")
+    second = preload.zygote_pid
+    assert second is not None and second != first
+    os.kill(second, signal.SIGKILL)
+    assert run(preloaded, tmp_path / "d", CASES["ok"]) == (0, "hello\n", "")
+    assert run(preloaded, tmp_path / "e", CASES["ok"]) == (0, "hello\n", "")
+    assert preload.zygote_pid is None  # given up: every later launch spawns
+
+
+def test_close_stops_the_zygote_and_leaves_runners_running(tmp_path):
+    control = LocalProcessControl()
+    (tmp_path / "runner").mkdir()
+    (tmp_path / "runner" / "run.py").write_text("import time\ntime.sleep(60)\n")
+    process = control.launch([sys.executable, str(tmp_path / "runner" / "run.py")], cwd=str(tmp_path), env=ENV,
+                             stdout_path=str(tmp_path / "out.log"), stderr_path=str(tmp_path / "err.log"))
+    process.release()
+    zygote = control.python_preload.zygote_pid
+    control.close()
+    assert process_groups.read_stat(zygote) is None  # reaped
+    assert process.wait(0.2) is None
+    assert control.kill_group(process.identity.pgid)
+    assert process.wait(10) == -signal.SIGKILL

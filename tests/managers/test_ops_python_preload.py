@@ -1,0 +1,128 @@
+"""Python-SDK runners under real managers, forked from the preloaded interpreter (docs/task_manager.md).
+
+The runner tells whether it was preloaded by looking for ``cattrs`` in ``sys.modules``
+before its first import: a fresh ``python run.py`` has not imported it yet.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux only")
+
+RUNNER = """import os, sys, time
+PRELOADED = "cattrs" in sys.modules
+from httk.workflow import Runner
+
+run = Runner("ops")
+
+
+@run.step
+def main(a):
+    (a.workdir / "preloaded").write_text(str(PRELOADED))
+    (a.workdir / "ppid").write_text(str(os.getppid()))
+    (a.workdir / "started").touch()
+    deadline = time.monotonic() + 60
+    while {wait} and not (a.workdir / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    a.succeed()
+
+
+raise SystemExit(run.main())
+"""
+
+
+def python_job(ops, *, wait: bool = False) -> str:
+    return ops.job(RUNNER.format(wait=wait), runner_path="run.py")
+
+
+def zygotes(ops) -> list[int]:
+    """Live zygotes started for this test's managers (their environment names this test's XDG home)."""
+    needle = f"XDG_DATA_HOME={ops.tmp / 'xdg'}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            environ = Path(f"/proc/{name}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"python_zygote" in cmdline and needle in environ.split(b"\0"):
+            found.append(int(name))
+    return found
+
+
+def test_python_runners_are_forked_preloaded_and_the_zygote_stops_with_the_manager(ops):
+    jobs = [python_job(ops) for _ in range(3)]
+    manager = ops.run("--workers", "2")
+    for job in jobs:
+        assert ops.kind(job) == "succeeded"
+        assert (ops.workdir(job) / "preloaded").read_text() == "True"
+        assert int((ops.workdir(job) / "ppid").read_text()) == manager.pid  # the manager's own child
+        assert ops.frame(job).total_attempts == 1
+    ops.wait_until(lambda: not zygotes(ops), 10, "the zygote to stop with its manager")
+
+
+def test_the_off_switch_runs_a_fresh_interpreter(ops):
+    ops.env["HTTK_WORKFLOW_PYTHON_PRELOAD"] = "0"
+    job = python_job(ops)
+    ops.run()
+    assert ops.kind(job) == "succeeded"
+    assert (ops.workdir(job) / "preloaded").read_text() == "False"
+
+
+def test_the_managers_pythonpath_reaches_the_preloaded_runner(ops, tmp_path):
+    # The zygote starts with the attempt's start-up variables, so sys.path is a fresh interpreter's.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "ops_helper.py").write_text("VALUE = 'from PYTHONPATH'\n")
+    ops.env["PYTHONPATH"] = f"{tmp_path / 'elsewhere'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    use = "import ops_helper\n    (a.workdir / 'helper').write_text(ops_helper.VALUE)\n    a.succeed()"
+    body = RUNNER.format(wait=False).replace("a.succeed()", use)
+    job = ops.job(body, runner_path="run.py")
+    ops.run()
+    assert ops.kind(job) == "succeeded"
+    assert (ops.workdir(job) / "preloaded").read_text() == "True"
+    assert (ops.workdir(job) / "helper").read_text() == "from PYTHONPATH"
+
+
+def test_cancel_kills_the_group_of_a_preloaded_runner(ops):
+    job = python_job(ops, wait=True)
+    manager = ops.start("--idle")
+    ops.wait_kind(job, "running")
+    ops.wait_until(lambda: (ops.workdir(job) / "started").exists(), 30, "the runner to start")
+    assert (ops.workdir(job) / "preloaded").read_text() == "True"
+    process = ops.frame(job).process
+    ops.request(job, "cancel")
+    ops.wait_kind(job, "cancelled", timeout=30)
+    assert not ops.group_members(process.pgid)
+    manager.signal(signal.SIGTERM)
+    assert manager.wait(20) == 0, manager.stderr
+
+
+def test_a_preloaded_runner_outlives_its_killed_manager_and_the_next_one_adopts_it(ops, tmp_path):
+    job = python_job(ops, wait=True)
+    first_id, process = ops.orphan(job)
+    assert (ops.workdir(job) / "preloaded").read_text() == "True"
+    assert ops.pid_alive(process.pid)
+    ops.wait_until(lambda: not zygotes(ops), 10, "the zygote to die with its manager")
+    assert ops.pid_alive(process.pid)  # the runner did not
+    ops.wait_until(lambda: ops.heartbeat_age(first_id) > 1.2, 10, "manager 1's lease to expire")
+
+    second = ops.start("--idle", "--lease-seconds", "1", "--workers", "2")
+    log = Path(ops.handle.layout.managers) / second.manager_id / "log"
+    ops.wait_until(lambda: log.exists() and "process is alive" in log.read_text(), 30, "the adoption decision")
+    frame = ops.frame(job)
+    assert ops.kind(job) == "running" and frame.process == process and frame.total_attempts == 1
+
+    (ops.workdir(job) / "go").touch()
+    ops.wait_kind(job, "succeeded", timeout=30)
+    frame = ops.frame(job)
+    assert frame.total_attempts == 1 and frame.takeover.rule == "outcome_published"
+    second.signal(signal.SIGTERM)
+    assert second.wait(20) == 0, second.stderr
