@@ -246,3 +246,32 @@ def test_the_waiting_pass_resolves_a_join_from_the_note_its_child_left():
     assert resumed.join is not None and resumed.join.resolved == "satisfied"
     # Two registrations, two claims, two commits and the join: each counted once as progress.
     assert ctx.finished == {"succeeded": 1} and ctx.progress == 7
+
+
+def test_the_waiting_pass_reads_a_waiting_job_again_only_for_a_new_note_or_after_the_recheck():
+    from httk.workflow.engine.waiting import RECHECK_SECONDS
+
+    ports, handle, [parent] = memory_workspace()
+    proc = FakeProcessControl(ports.clock, _spawning(ports.fs, parent.job_id), uid=ports.fs.uid)
+    ctx = EngineContext(handle, proc, ManagerConfig(lease_seconds=10.0), manager_id="m-engine")
+    committer, waiting = CommitPass(ctx), WaitingPass(ctx)
+    running = _launch(ctx)
+    ctx.running.clear()
+    committer.commit_exited(running, running.process.poll() or 0)
+    waiting_marker = _only(ctx, StateKind.WAITING)
+    reads: list[str] = []
+    read_job = ctx.store.read_job
+
+    def counted(marker: Marker) -> Any:
+        reads.append(marker.job_id)
+        return read_job(marker)
+
+    ctx.store.read_job = counted  # type: ignore[method-assign]
+    assert not waiting.evaluate(waiting_marker) and len(reads) == 1  # the child has not run yet
+    assert not waiting.evaluate(waiting_marker) and len(reads) == 1  # nothing changed: not read again
+    ports.clock.advance(RECHECK_SECONDS)
+    assert not waiting.evaluate(waiting_marker) and len(reads) == 2  # the recheck reads it anyway
+    running = _launch(ctx)  # the child runs and leaves its note
+    ctx.running.clear()
+    committer.commit_exited(running, running.process.poll() or 0)
+    assert waiting.evaluate(waiting_marker) and reads.count(parent.job_id) == 3  # the note: read and resolved

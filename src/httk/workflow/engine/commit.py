@@ -426,12 +426,17 @@ def read_notes(fs: Filesystem, layout: Layout, parent_id: str) -> dict[str, dict
     """
     notes: dict[str, dict[str, Any]] = {}
     for entry in fs.scandir(f"{layout.control}/joins/{parent_id}"):
-        if not entry.name.endswith(".json"):
-            continue
-        try:
-            note = codec.decode_object(fs.read_document(entry.path), entry.path)
-        except (OSError, codec.DocumentError):
-            continue
-        if note.get("kind") in _TERMINAL_NAMES:
-            notes[entry.name[:-5]] = note
+        if entry.name.endswith(".json"):
+            note = read_note(fs, entry.path)
+            if note is not None:
+                notes[entry.name[:-5]] = note
     return notes
+
+
+def read_note(fs: Filesystem, path: str) -> dict[str, Any] | None:
+    """One child's terminal note, or ``None`` when it is unreadable or names no terminal kind (damage)."""
+    try:
+        note = codec.decode_object(fs.read_document(path), path)
+    except (OSError, codec.DocumentError):
+        return None
+    return note if note.get("kind") in _TERMINAL_NAMES else None

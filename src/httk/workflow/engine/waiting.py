@@ -26,8 +26,8 @@ from ..ports import Filesystem
 from ..protocol import parse_job_bytes
 from ..store.layout import Layout
 from ..store.markers import Marker
-from ..store.store import Store
-from .commit import checked_note, new_activation, read_notes
+from ..store.store import JobView, Store
+from .commit import checked_note, new_activation, read_note, read_notes
 from .context import TickContext, read_or_refuse
 from .registration import owned_by_me
 
@@ -105,28 +105,114 @@ def join_decision(
     )
 
 
+#: A waiting job is read afresh (frame and notes) after this many seconds at the latest, whatever
+#: the remembered view says (a child's payload can leave without a note: it then becomes
+#: unresolvable; a note can be replaced under its name).
+RECHECK_SECONDS = 30.0
+#: At most this many waiting jobs are remembered (the memory of the pass stays bounded).
+REMEMBERED_WAITS = 4096
+#: What :meth:`WaitingPass._evaluate` returns for a verdict it must not act on without a fresh read.
+_REREAD = object()
+#: What it returns for a ``WAIT`` reached after checking (and perhaps repairing) notes: remember nothing.
+_FORGET = object()
+
+
+@attrs.define
+class _Remembered:
+    """What the pass last read of one waiting job: valid while its marker is the same and not stale."""
+
+    marker_name: str
+    view: JobView
+    notes: dict[str, dict[str, Any]]
+    read_at: float
+    #: The note names of the last listing, and whether it then had to wait on time alone.
+    listed: frozenset[str] = frozenset()
+    waited_unchanged: bool = False
+
+
 class WaitingPass:
-    """Join evaluation for one manager."""
+    """Join evaluation for one manager.
+
+    A join's decision depends on its job's frame (named by its marker, so immutable
+    under one name), its children's notes and, for children without a note, whether
+    their payloads exist. Reading the frame of a gather of thousands of children and
+    every note again at every tick made a fan-out quadratic, so the pass remembers
+    both per waiting job: each tick lists the note names, reads only the new ones, and
+    decides on the remembered rest. A ``WAIT`` may rest on them; any other verdict is
+    decided again from a fresh read (and the notes checked against the children's
+    markers) before it is acted on, and everything is read afresh after
+    :data:`RECHECK_SECONDS`.
+    """
 
     def __init__(self, ctx: TickContext) -> None:
         self.ctx = ctx
+        self._remembered: dict[str, _Remembered] = {}
 
     def evaluate(self, marker: Marker) -> bool:
         """Resolve one waiting job's join; True when it transitioned."""
         ctx = self.ctx
-        view = read_or_refuse(ctx, marker, "waiting job unreadable")
-        if view is None:
+        fs = ctx.store.fs
+        now = ctx.clock.monotonic()
+        directory = f"{ctx.store.layout.control}/joins/{marker.job_id}"
+        listed = frozenset(entry.name for entry in fs.scandir(directory) if entry.name.endswith(".json"))
+        seen = self._remembered.pop(marker.job_id, None)
+        if seen is not None and (seen.marker_name != marker.name or now - seen.read_at >= RECHECK_SECONDS):
+            seen = None
+        if seen is not None and seen.waited_unchanged and seen.listed == listed:
+            self._remembered[marker.job_id] = seen  # nothing a decision rests on changed
             return False
+        fresh = seen is None
+        if seen is None:
+            view = read_or_refuse(ctx, marker, "waiting job unreadable")
+            if view is None:
+                return False
+            seen = _Remembered(marker.name, view, {}, now)
+        for name in seen.listed - listed:
+            seen.notes.pop(name[:-5], None)
+        for name in listed - seen.listed:
+            note = read_note(fs, f"{directory}/{name}")
+            if note is not None:
+                seen.notes[name[:-5]] = note
+        seen.listed = listed
+        decided = self._evaluate(marker, seen.view, seen.notes, fresh=fresh)
+        if decided is _FORGET:
+            return False
+        if decided is _REREAD:
+            # A decision rests on what the job and its notes say now, not on what was remembered.
+            view = read_or_refuse(ctx, marker, "waiting job unreadable")
+            if view is None:
+                return False
+            # Not remembered afterwards: the notes may have been repaired (rewritten or removed) on the way.
+            return self._evaluate(marker, view, read_notes(fs, ctx.store.layout, marker.job_id), fresh=True) is True
+        if decided is True:
+            return True
+        seen.waited_unchanged = decided is None
+        if len(self._remembered) >= REMEMBERED_WAITS:
+            self._remembered.clear()
+        self._remembered[marker.job_id] = seen
+        return False
+
+    def _evaluate(self, marker: Marker, view: JobView, notes: Mapping[str, dict[str, Any]], *,
+                  fresh: bool) -> bool | None | object:
+        """One decision on ``view`` and ``notes``: True when it transitioned, ``None`` for a ``WAIT``
+        that only a new note (or time) can end, False for anything else that did not transition.
+
+        A verdict other than ``WAIT`` reached on remembered reads (``fresh`` false) is not
+        acted on: :data:`_REREAD` asks for a fresh read first.
+        """
+        ctx = self.ctx
         frame, spec = view.frame, view.spec
         join = frame.join
         if join is None or spec is None or not owned_by_me(ctx, marker):
             return False
         fs, layout = ctx.store.fs, ctx.store.layout
         try:
-            notes = read_notes(fs, layout, frame.job_id)
             decision = join_decision(fs, layout, frame, now=ctx.clock.now(),
                                      grace_seconds=ctx.config.join_grace_seconds, notes=notes)
-            if decision.action != JoinAction.WAIT:
+            checked = decision.action != JoinAction.WAIT
+            if checked and not fresh:
+                return _REREAD
+            if checked:
                 # The notes are consumed now: each must match its child's terminal marker (a note
                 # whose rename lost must not fail a parent whose children all succeeded).
                 decision = join_decision(fs, layout, frame, now=ctx.clock.now(),
@@ -138,7 +224,9 @@ class WaitingPass:
             return False
         action = decision.action
         if action == JoinAction.WAIT:
-            return False
+            if checked:
+                return _FORGET  # the check may have repaired notes: what was read is not the disk now
+            return None if not decision.unresolved else False
         if action == JoinAction.NOTE_UNRESOLVED:
             log.warning("job %s: children %s cannot be resolved here; failing after %.0fs",
                         marker.key, ", ".join(decision.unresolved), ctx.config.join_grace_seconds)
