@@ -225,7 +225,8 @@ def _spawning(fs: InMemoryFilesystem, parent_id: str) -> Behaviour:
     return scripted_runner(fs, tree)
 
 
-def test_the_waiting_pass_resolves_a_join_from_the_note_its_child_left():
+def _waiting_parent() -> tuple[Any, WorkspaceHandle, Marker, EngineContext, CommitPass, WaitingPass, Marker]:
+    """A parent that spawned one child and waits on it, committed by the passes themselves."""
     ports, handle, [parent] = memory_workspace()
     proc = FakeProcessControl(ports.clock, _spawning(ports.fs, parent.job_id), uid=ports.fs.uid)
     ctx = EngineContext(handle, proc, ManagerConfig(lease_seconds=10.0), manager_id="m-engine")
@@ -233,7 +234,11 @@ def test_the_waiting_pass_resolves_a_join_from_the_note_its_child_left():
     running = _launch(ctx)
     ctx.running.clear()
     committer.commit_exited(running, running.process.poll() or 0)
-    waiting_marker = _only(ctx, StateKind.WAITING)
+    return ports, handle, parent, ctx, committer, waiting, _only(ctx, StateKind.WAITING)
+
+
+def test_the_waiting_pass_resolves_a_join_from_the_note_its_child_left():
+    ports, handle, parent, ctx, committer, waiting, waiting_marker = _waiting_parent()
     assert not waiting.evaluate(waiting_marker)  # the child has not run yet
     running = _launch(ctx)  # the child: registered, claimed and run by the same passes
     ctx.running.clear()
@@ -251,14 +256,7 @@ def test_the_waiting_pass_resolves_a_join_from_the_note_its_child_left():
 def test_the_waiting_pass_reads_a_waiting_job_again_only_for_a_new_note_or_after_the_recheck():
     from httk.workflow.engine.waiting import RECHECK_SECONDS
 
-    ports, handle, [parent] = memory_workspace()
-    proc = FakeProcessControl(ports.clock, _spawning(ports.fs, parent.job_id), uid=ports.fs.uid)
-    ctx = EngineContext(handle, proc, ManagerConfig(lease_seconds=10.0), manager_id="m-engine")
-    committer, waiting = CommitPass(ctx), WaitingPass(ctx)
-    running = _launch(ctx)
-    ctx.running.clear()
-    committer.commit_exited(running, running.process.poll() or 0)
-    waiting_marker = _only(ctx, StateKind.WAITING)
+    ports, handle, parent, ctx, committer, waiting, waiting_marker = _waiting_parent()
     reads: list[str] = []
     read_job = ctx.store.read_job
 

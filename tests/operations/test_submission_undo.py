@@ -99,3 +99,22 @@ def test_a_long_payload_file_name_is_refused_naming_the_placement(fs, workspace)
     source = write_payload(fs, "/src/payload")
     fs.write_atomic(f"{source}/{'n' * 256}", b"x", durable=False)
     refused_leaving_nothing(fs, workspace, source, "p", "placement 'p': the payload name 'nnnn.* is 256 bytes")
+
+
+def test_a_payload_name_taken_by_a_hand_made_directory_gives_the_id_back(fs, workspace):
+    # A generated id is not looked up in advance: the exclusive rename finds the name taken by a
+    # directory no submission made (it holds no job.json), and the reservation is released.
+    source = write_payload(fs, "/src/payload")
+    rename = fs.rename
+
+    def taken_meanwhile(src: str, destination: str, *, durable: bool) -> None:
+        if destination.startswith(f"{ROOT}/p/"):
+            fs.makedirs(destination)
+            fs.write_atomic(f"{destination}/notes.txt", b"mine", durable=False)
+        rename(src, destination, durable=durable)
+
+    fs.rename = taken_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(SubmissionError, match="nothing was submitted"):
+        submit(workspace, source, "p")
+    reservations = [name for name in names(fs, f"{ROOT}/.httk-workflow/ids") if fs.lstat(name).is_file]
+    assert reservations == []

@@ -465,7 +465,8 @@ def _undo(
     """Put everything back as it was before this submission wrote anything.
 
     ``release`` drops the id reservation this submission made, unless the payload name
-    is now another submission's of the same job key (which won the rename and holds it).
+    is now another submission's of the same job key (which won the rename and holds it:
+    a payload, so it has a ``job.json``); a directory no submission made gives it back.
     """
     if placed and move:
         fs.rename(destination, source, durable=False)
@@ -473,7 +474,7 @@ def _undo(
         fs.rmtree(destination)
     if not move:
         fs.rmtree(staging)
-    if release is not None and not fs.exists(destination):
+    if release is not None and (placed or not fs.exists(f"{destination}/{JOB_FILE}")):
         release()
     for directory in sorted(set(created), key=len, reverse=True):
         try:
