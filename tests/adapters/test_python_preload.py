@@ -262,6 +262,36 @@ def test_a_preloaded_runner_s_thread_calls_act_on_the_runner_not_the_zygote(prel
     assert os.sched_getaffinity(zygote) == before  # the binding went to the runner, and later runners are free
 
 
+def _zombie_children() -> set[int]:
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        pids.update(int(pid) for pid in (task / "children").read_text().split())
+    out = set()
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] == "Z":
+            out.add(pid)
+    return out
+
+
+def test_a_runner_forked_for_a_request_given_up_on_is_reaped(preloaded, tmp_path, monkeypatch):
+    from httk.workflow.adapters import python_preload
+
+    # Every answer comes "late": the zygote forks, the launch spawns instead and closes the first gate.
+    monkeypatch.setattr(python_preload, "ANSWER_TIMEOUT", 0.0)
+    before = _zombie_children()
+    for name in ("a", "b", "c"):
+        assert run(preloaded, tmp_path / name, CASES["ok"]) == (0, "hello\n", "")
+    deadline = time.monotonic() + 5
+    while _zombie_children() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+        preloaded.close()  # reaps what has exited since
+    assert _zombie_children() - before == set()
+
+
 def test_a_crashed_zygote_is_restarted_once(preloaded, tmp_path):
     assert run(preloaded, tmp_path / "a", CASES["ok"])[0] == 0
     preload = preloaded.python_preload

@@ -51,6 +51,8 @@ STARTUP_NAMES = frozenset({"LANG", "LANGUAGE", "HOME", "GLIBC_TUNABLES"})
 #: Seconds to wait for the zygote's hello (it imports the SDK) and for one answer.
 START_TIMEOUT = 30.0
 ANSWER_TIMEOUT = 10.0
+#: How long a zygote being stopped after a timed-out request is given to say what it forked.
+LATE_ANSWER_WAIT = 1.0
 
 
 def startup_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -109,6 +111,8 @@ class _Zygote:
         finally:
             theirs.close()
         self.control = ours
+        #: A request timed out without its answer: the zygote may have forked for it anyway.
+        self.outstanding = False
         try:
             hello = self._answer(START_TIMEOUT, MAX_REQUEST)
         except ZygoteLost:
@@ -146,27 +150,47 @@ class _Zygote:
             if error.errno == errno.EMSGSIZE:
                 raise  # too large for one message: this launch spawns, the zygote is fine
             raise ZygoteLost(str(error)) from None
-        answer = self._answer(ANSWER_TIMEOUT)
+        try:
+            answer = self._answer(ANSWER_TIMEOUT)
+        except ZygoteLost:
+            self.outstanding = True  # it may still fork: stop() waits a moment for that pid
+            raise
         if answer[0] != "pid":
             raise OSError(f"zygote: {answer[1]}")
         return int(answer[1])
 
-    def stop(self) -> None:
-        """Close the socket (the zygote exits at end-of-file) and reap it, killing it if it lingers."""
+    def stop(self) -> list[int]:
+        """Close the socket (the zygote exits at end-of-file) and reap it, killing it if it lingers.
+
+        Returns the pids of runners it forked for a request given up on (its answer came
+        after :data:`ANSWER_TIMEOUT`): children of ours, behind a gate the caller closes,
+        which the caller must reap.
+        """
+        late: list[int] = []
+        poller = select.poll()
+        poller.register(self.control.fileno(), select.POLLIN)
+        while poller.poll(LATE_ANSWER_WAIT * 1000 if self.outstanding and not late else 0):
+            try:
+                answer = marshal.loads(self.control.recv(4096))
+            except (OSError, EOFError, ValueError, TypeError):
+                break
+            if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "pid":
+                late.append(int(answer[1]))
         self.control.close()
         for _ in range(100):
             try:
                 pid, _status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
-                return
+                return late
             if pid:
-                return
+                return late
             select.poll().poll(10)
         try:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+        return late
 
 
 class PythonPreload:
@@ -177,6 +201,8 @@ class PythonPreload:
         self._reset_signals = tuple(reset_signals)
         self._zygote: _Zygote | None = None
         self._losses = 0
+        #: Runners a lost zygote forked for requests given up on: our children, reaped when they exit.
+        self._orphans: list[int] = []
         self._failure = ""
         self._unavailable: str | None = None
         if not sys.platform.startswith("linux"):
@@ -197,6 +223,7 @@ class PythonPreload:
         After ``None`` the caller must not reuse this gate: a zygote lost mid-request may have
         forked a child that waits on it (closing the write end makes that child exit 125).
         """
+        self._reap_orphans()
         reason = self._refusal(argv)
         zygote = self._running(env, close_fds) if reason is None else None
         if reason is None:
@@ -255,10 +282,20 @@ class PythonPreload:
                     self._at_exit = True
         return self._zygote
 
+    def _reap_orphans(self) -> None:
+        # Each exits 125 once its gate is closed (the launch that lost it spawned instead).
+        for pid in list(self._orphans):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self._orphans.remove(pid)
+
     def _lose(self, reason: str) -> None:
         """Stop a failed zygote; the next launch starts another, unless one was lost before."""
         if self._zygote is not None:
-            self._zygote.stop()
+            self._orphans += self._zygote.stop()
             self._zygote = None
         self._losses += 1
         if self._losses > 1:
@@ -268,4 +305,5 @@ class PythonPreload:
         """Stop the zygote (runners it forked are not touched). Idempotent; a later launch starts a new one."""
         if self._zygote is not None:
             zygote, self._zygote = self._zygote, None
-            zygote.stop()
+            self._orphans += zygote.stop()
+        self._reap_orphans()
