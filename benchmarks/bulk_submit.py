@@ -16,10 +16,17 @@ published to the workspace store.
 - **submit_many**: ``Workspace.submit_many`` of those payloads at one placement.
 - **submit_specs**: ``Workspace.submit_specs`` of the same specs (one pass: no payload
   directories prepared; each job.json written into the workspace's staging area).
-- **submit, one at a time**: ``Workspace.submit`` per payload (``--single`` jobs; a
-  rate, so comparable with the batch).
+- **submit, one at a time**: ``Workspace.submit`` per payload already prepared
+  (``--single`` jobs; a rate, so comparable with the batch).
+- **prepare + submit, one at a time**: what a user who submits one job at a time does,
+  per job: ``prepare_job_payload`` of one spec, then ``Workspace.submit`` of it (the
+  issue's "single-job path"; ``--single`` jobs).
 - **CLI**: ``httk workflow job submit WS --from-file LIST --placement P`` as a
   subprocess, start-up included.
+
+After the table, the batch / single ratios of the medians, per durability: ``submit_specs``
+and ``prepare_job_payloads`` + ``submit_many`` (their times added) against prepare + submit
+one at a time, and ``submit_many`` against submit one at a time (both of prepared payloads).
 
 Figures are wall clock on a shared machine; they are recorded in docs/benchmarks.md,
 never asserted by tests.
@@ -39,7 +46,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from httk.workflow import JobSpec, Workspace, prepare_job_payloads
+from httk.workflow import JobSpec, Workspace, prepare_job_payload, prepare_job_payloads
 
 FLOOR = "floor: mkdir + write + rename per job (no sync)"
 
@@ -99,6 +106,10 @@ def cases(root: Path, jobs: int, single: int, *, durable: bool, cli: bool) -> di
     out[f"submit_specs ({label})"] = rate(jobs, lambda: found.submit_specs(direct, "bench/d"))
     out[f"submit, one at a time ({label})"] = rate(
         single, lambda: [found.submit(payload, "bench/b") for payload in payloads[:single]])
+    ones = [(root / "one" / f"p{index}", spec) for index, spec in enumerate(direct[:single])]
+    out[f"prepare + submit, one at a time ({label})"] = rate(
+        single, lambda: [found.submit(prepare_job_payload(path, spec, durable=durable), "bench/e")
+                         for path, spec in ones])
     if cli:
         listing = root / "list.txt"
         listing.write_text("".join(f"{payload}\n" for payload in payloads))
@@ -145,6 +156,28 @@ def main() -> None:
         median, cpu = statistics.median(samples), statistics.median(found[case][1] for found in rounds)
         print(f"| {case} | {min(samples):.0f} | {median:.0f} | {max(samples):.0f} | {median / floor_median:.2f} "
               f"| {cpu:.3f} |")
+    print()
+    for line in ratios({case: statistics.median(found[case][0] for found in rounds) for case in rounds[0]}):
+        print(line)
+
+
+def ratios(medians: dict[str, float]) -> list[str]:
+    """The batch / single ratios of the median rates, one line per durability."""
+    lines = []
+    for label in ("durable", "no-durable"):
+        def median(case: str, label: str = label) -> float:
+            return medians[f"{case} ({label})"]
+
+        one, submit_only = median("prepare + submit, one at a time"), median("submit, one at a time")
+        # Preparing then submitting a batch: the two calls' times added, as jobs per second of both.
+        both = 1 / (1 / median("prepare_job_payloads") + 1 / median("submit_many"))
+        lines.append(
+            f"- {label}: against prepare + submit one at a time ({one:.0f} jobs/s): submit_specs "
+            f"{median('submit_specs') / one:.1f}x, prepare_job_payloads + submit_many {both / one:.1f}x "
+            f"({both:.0f} jobs/s); against submit one at a time ({submit_only:.0f} jobs/s): submit_many "
+            f"{median('submit_many') / submit_only:.1f}x"
+        )
+    return lines
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@
 # was not observed); 2 the call is refused (bad usage, a protocol violation, a
 # corrupt attempt context). httk_workflow_run reports the supervised program's
 # class instead: 0, 22 (nonzero exit), 124 (timeout), 125 (stopped, or could not
-# start). Functions return; only httk_workflow_main exits.
+# start). Functions return; only httk_workflow_main exits. The VASP functions are in
+# httk-vasp.sh beside this file (httk_vasp_run adds 3, 20 and 21).
 #
 # The interpreter is $HTTK_WORKFLOW_PYTHON, else python3 on PATH; it must import
 # httk.workflow. Names starting with _httk_ are private.
@@ -38,10 +39,11 @@ _HTTK_STEP_PATTERN='^[A-Za-z_][A-Za-z0-9_.-]{0,127}$'
 _HTTK_LIB=${BASH_SOURCE[0]}
 
 # One bridge call: answered by the co-process of httk_workflow_main when this process can take
-# its token (run and batch need the caller's own stdin and stdout), else by a fresh interpreter.
+# its token (run and batch need the caller's own stdin and stdout; vasp_run supervises a program
+# for hours, which must not hold the token), else by a fresh interpreter.
 _httk_bridge() {
     local _httk_token
-    if [[ -n ${_HTTK_SERVE_LOCK:-} && $1 != run && $1 != batch ]] && _httk_serve_can "$@" &&
+    if [[ -n ${_HTTK_SERVE_LOCK:-} && $1 != run && $1 != batch && $1 != vasp_run ]] && _httk_serve_can "$@" &&
         IFS= read -r -N1 -t 0.05 -u "$_HTTK_SERVE_LOCK" _httk_token 2>/dev/null; then
         if kill -0 "$_HTTK_SERVE_PID" 2>/dev/null; then
             _httk_serve_call "$@"
@@ -171,11 +173,18 @@ _httk_serve_call() {
 }
 
 # One public function, one bridge command. `|| return` keeps a failing bridge call
-# from tripping errexit inside the library: the caller's own line fails instead.
+# from tripping errexit inside the library: the caller's own line fails instead. A failing
+# call records itself and its caller's FILE:LINE, so the ERR trap names the call (not the
+# library's `return`) only when the failure it reports is that call's.
 _httk_call() {
-    _HTTK_CALL=${FUNCNAME[1]}
-    (($# > 1)) && _HTTK_CALL+=" ${*:2}"
-    _httk_bridge "$@" || return
+    local _httk_status=0
+    _httk_bridge "$@" || _httk_status=$?
+    if ((_httk_status)); then
+        _HTTK_CALL=${FUNCNAME[1]}
+        (($# > 1)) && _HTTK_CALL+=" ${*:2}"
+        _HTTK_CALL_AT=${BASH_SOURCE[2]:-}:${BASH_LINENO[1]:-}
+    fi
+    return "$_httk_status"
 }
 
 # Prints only: the caller returns 2 itself, so nothing inside the library trips errexit.
@@ -192,12 +201,21 @@ _httk_on_error() {
     set +e
     line=${BASH_LINENO[0]}
     file=${BASH_SOURCE[1]:-}
+    if [[ ${FUNCNAME[1]:-} == _httk_handler ]]; then
+        # The failing command is the handler itself: it ended nonzero without a command failing in it.
+        # The trap runs here, after its frame is gone; the RETURN trap kept where a `return N` of it stood.
+        if [[ $command == return* && ${_HTTK_RETURN_FILE+set} ]]; then
+            file=$_HTTK_RETURN_FILE line=$_HTTK_RETURN_LINE
+        else
+            file=  # its last list failed (`a && b`): no line is known, only the handler's file below
+        fi
+    fi
     while [[ $file == "$_HTTK_LIB" && $index -lt ${#BASH_SOURCE[@]} ]]; do
         line=${BASH_LINENO[index]}
         index=$((index + 1))
         file=${BASH_SOURCE[index]:-}
     done
-    if [[ $command == return* && -n ${_HTTK_CALL:-} ]]; then
+    if [[ $command == return* && "$file:$line" == "${_HTTK_CALL_AT:-}" ]]; then
         command=$_HTTK_CALL  # the library function returned the failure; name the call, not its `return`
     fi
     if [[ -z $file || $file == "$_HTTK_LIB" ]]; then
@@ -233,12 +251,18 @@ _httk_step_location() {
 }
 
 # Runs in a subshell: the handler under errexit and errtrace, so a failing command
-# ends it at that command and an explicit exit cannot skip httk_workflow_main.
+# ends it at that command and an explicit exit cannot skip httk_workflow_main. The handler
+# alone gets the trace attribute, so the RETURN trap runs when it returns (and for no other
+# function unless the script set functrace): a `return N` of its own raises ERR only in this
+# frame, after its line is gone from BASH_LINENO.
 _httk_handler() {
     _HTTK_HANDLER_PID=$BASHPID
     set -eE
     trap '_httk_on_error "$?" "$BASH_COMMAND"' ERR
     trap '_httk_on_exit "$?" "$BASH_COMMAND"' EXIT
+    # One line: LINENO counts the lines of a trap's own text too.
+    trap 'if [[ ${FUNCNAME[0]:-} == "step_$HTTK_WORKFLOW_STEP" ]]; then _HTTK_RETURN_FILE=${BASH_SOURCE[0]:-} _HTTK_RETURN_LINE=$LINENO; fi' RETURN
+    declare -ft "step_$1"
     "step_$1"
 }
 
@@ -321,8 +345,6 @@ httk_workflow_main() {
 
 httk_workflow_context() { _httk_call context "$@" || return; }
 httk_workflow_input() { _httk_call input "$@" || return; }
-# Also accepted: httk_workflow_parameter, the httk-workflow 2.1 spelling of httk_workflow_input.
-httk_workflow_parameter() { _httk_call parameter "$@" || return; }
 httk_workflow_setting() { _httk_call setting "$@" || return; }
 httk_workflow_state_get() { _httk_call state_get "$@" || return; }
 httk_workflow_declaration() { _httk_call declaration "$@" || return; }

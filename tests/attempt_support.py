@@ -127,11 +127,7 @@ class FakeAttempt:
         }
         (self.control / "context.json").write_bytes(codec.encode(context))
         env = {
-            "HTTK_WORKFLOW_CONTEXT": str(self.control / "context.json"),
-            "HTTK_WORKFLOW_CONTROL_DIR": str(self.control),
-            "HTTK_WORKFLOW_JOB_DIR": str(self.payload),
-            "HTTK_WORKFLOW_WORKDIR": str(self.workdir),
-            "HTTK_WORKFLOW_WORKSPACE_DIR": str(self.workspace),
+            **self.path_env(),
             "HTTK_WORKFLOW_STEP": step,
             "HTTK_WORKFLOW_DURABLE": "1" if durable else "0",
             "HTTK_WORKFLOW_JOB_ID": self.job_id,
@@ -144,6 +140,16 @@ class FakeAttempt:
         if self.data is not None:
             self.monkeypatch.setenv("HTTK_WORKFLOW_DATA_DIR", str(self.data))
         return self
+
+    def path_env(self) -> dict[str, str]:
+        """The variables naming this attempt's context, directories and workspace (what ``initialize`` needs)."""
+        return {
+            "HTTK_WORKFLOW_CONTEXT": str(self.control / "context.json"),
+            "HTTK_WORKFLOW_CONTROL_DIR": str(self.control),
+            "HTTK_WORKFLOW_JOB_DIR": str(self.payload),
+            "HTTK_WORKFLOW_WORKDIR": str(self.workdir),
+            "HTTK_WORKFLOW_WORKSPACE_DIR": str(self.workspace),
+        }
 
     @property
     def ready(self) -> Path:

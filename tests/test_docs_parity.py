@@ -3,9 +3,9 @@
 The checker parses the table and reports a listed Python member that does not
 exist, a listed Bash function that shell/httk-workflow.sh does not define, and a
 public member of ``Runner`` or ``Attempt``, or a public function of the Bash
-library, that has no row. A row marked *Also accepted (2.1 spelling) for P and
-B* is a synonym: P and B must have rows of their own, and the synonym must be
-the same object as P and call the same bridge command as B (one implementation).
+library, that has no row. A Python cell without a submodule names a root export
+of ``httk.workflow`` (or a member of one): the spec's reading of the table, so a
+type the table names that ``from httk.workflow import ...`` cannot reach fails.
 It is exercised on the real table and on modified copies, so a checker that
 stopped checking would fail too.
 """
@@ -24,10 +24,11 @@ LIB = ROOT / "shell" / "httk-workflow.sh"
 HEADER = ["Python", "Bash", "Semantics", "Protocol artifact"]
 ABSENT = "—"
 STEP_HANDLER = "step_<name>"
-#: Submodules a Python cell may spell; a bare name is a root export or a type of the SDK modules.
-SUBMODULES = ("protocol", "runtime", "runtime_utils", "supervision", "sdk", "outcome")
-SDK_MODULES = ("sdk", "runtime", "protocol", "outcome")
-SYNONYM = re.compile(r"^Also accepted \(2\.1 spelling\) for (?P<python>[\w.]+)(?: and (?P<bash>httk_\w+))?:")
+#: The named submodules a Python cell may spell (spec 002 "How to read the table"); any other
+#: cell names a root export of httk.workflow.
+SUBMODULES = ("protocol", "runtime", "runtime_utils", "supervision")
+#: The rows of spec 002's table; docs/sdks/sdk_parity.md has exactly these (no row of its own).
+SPEC_ROWS = 58
 
 
 def table_rows(markdown: str) -> list[list[str]]:
@@ -46,25 +47,14 @@ def table_rows(markdown: str) -> list[list[str]]:
 
 
 def resolve(name: str) -> Any:
-    """The object a Python cell names; ``LookupError`` when it does not exist."""
+    """The object a Python cell names; ``LookupError`` when it does not exist where the cell says."""
     parts = name.split(".")
     if parts[0] in SUBMODULES:
         value: Any = importlib.import_module(f"httk.workflow.{parts[0]}")
-        parts = parts[1:]
     else:
-        root = importlib.import_module("httk.workflow")
-        try:
-            value = getattr(root, parts[0])
-        except AttributeError:
-            for module in SDK_MODULES:
-                candidate = importlib.import_module(f"httk.workflow.{module}")
-                if hasattr(candidate, parts[0]):
-                    value = getattr(candidate, parts[0])
-                    break
-            else:
-                raise LookupError(name) from None
-        parts = parts[1:]
-    for part in parts:
+        # No submodule spelled: the name must be exported at the root (`from httk.workflow import X`).
+        value = importlib.import_module("httk.workflow")
+    for part in parts[1:] if parts[0] in SUBMODULES else parts:
         fields = getattr(value, "__attrs_attrs__", ())
         if hasattr(value, part):
             value = getattr(value, part)
@@ -82,45 +72,6 @@ def bash_functions(lib: Path) -> set[str]:
     ).stdout
     names = {line.split()[-1] for line in listed.splitlines()}
     return {name for name in names if not name.startswith("_httk_")}
-
-
-def bridge_command(lib: Path, function: str) -> str:
-    """The bridge command a library function calls (``_httk_call COMMAND``), as Bash prints its body."""
-    body = subprocess.run(
-        ["bash", "-c", 'source "$1" && declare -f "$2"', "bash", str(lib), function],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    match = re.search(r"_httk_call (\w+)", body)
-    return match.group(1) if match else ""
-
-
-def synonym_problems(rows: list[list[str]], lib: Path) -> list[str]:
-    """Each synonym row names primaries with rows of their own, and is the very same implementation."""
-    from httk.workflow.shell_bridge import COMMANDS
-
-    found: list[str] = []
-    primary_rows = [row for row in rows if not SYNONYM.match(row[2])]
-    python_cells = {row[0] for row in primary_rows}
-    bash_cells = {row[1].split()[0] for row in primary_rows}
-    for python, bash, semantics, _artifact in rows:
-        match = SYNONYM.match(semantics)
-        if match is None:
-            continue
-        primary, primary_bash = match["python"], match["bash"]
-        if primary not in python_cells:
-            found.append(f"synonym {python} names {primary}, which has no row of its own")
-        elif resolve(python) is not resolve(primary):
-            found.append(f"synonym {python} is not the same member as {primary}")
-        if primary_bash is None:
-            continue
-        function = bash.split()[0]
-        if primary_bash not in bash_cells:
-            found.append(f"synonym {function} names {primary_bash}, which has no row of its own")
-            continue
-        ours, theirs = bridge_command(lib, function), bridge_command(lib, primary_bash)
-        if not ours or COMMANDS.get(ours) is None or COMMANDS.get(ours) is not COMMANDS.get(theirs):
-            found.append(f"synonym {function} does not call the bridge command of {primary_bash}")
-    return found
 
 
 def public_members(cls: type) -> set[str]:
@@ -154,7 +105,7 @@ def problems(markdown: str, lib: Path = LIB) -> list[str]:
                 found.append(f"{cls.__name__}.{member} has no row")
     for function in sorted(defined - bash_cells):
         found.append(f"Bash function {function} has no row")
-    return found + synonym_problems(rows, lib)
+    return found
 
 
 def test_the_table_and_the_code_agree():
@@ -163,15 +114,12 @@ def test_the_table_and_the_code_agree():
 
 def test_the_table_has_the_specified_shape():
     rows = table_rows(TABLE.read_text(encoding="utf-8"))
-    assert len(rows) == 62
-    synonyms = [row[:2] for row in rows if SYNONYM.match(row[2])]
-    assert synonyms == [
-        ["Attempt.parameters", "httk_workflow_parameter"],
-        ["Attempt.parameter", "httk_workflow_parameter"],
-        ["protocol.JobSpec", "httk_workflow_job_prepare"],
-        ["ChildSpec", "httk_workflow_spawn --step"],
-    ]
+    # Exactly the spec's rows: a row the spec lacks (the 2.1 synonyms once were) is a feature the spec
+    # says does not exist, and a public member it would cover must then fail test_the_table_and_the_code_agree.
+    assert len(rows) == SPEC_ROWS
+    assert not [row for row in rows if row[2].startswith("Also accepted")]
     assert rows[0][:2] == ["Runner", "httk_workflow_runner"]
+    assert rows[-1][:2] == ["runtime_utils.decompress_files", "httk_decompress"]
     # Rows without a Bash function name the environment variable Bash reads instead, where there is one.
     assert ["Attempt.control", ABSENT] == rows[12][:2] and "$HTTK_WORKFLOW_CONTROL_DIR" in rows[12][3]
 
@@ -206,36 +154,30 @@ def test_the_checker_catches_an_undocumented_bash_function(tmp_path):
     assert problems(TABLE.read_text(encoding="utf-8"), lib) == ["Bash function httk_workflow_extra has no row"]
 
 
-def test_the_checker_catches_a_synonym_that_is_a_second_implementation(tmp_path):
-    markdown = TABLE.read_text(encoding="utf-8")
-    # A Python synonym that is another member, and one whose primary has no row.
-    wrong = markdown.replace("for `Attempt.input` and", "for `Attempt.setting` and").replace(
-        "for `Attempt.inputs` and", "for `Attempt.snooze` and"
+def test_the_checker_catches_a_public_member_without_a_row(monkeypatch):
+    from httk.workflow import Attempt
+
+    # What the 2.1 alias Attempt.parameter was: public, and in no row of the table.
+    monkeypatch.setattr(Attempt, "parameter", Attempt.input, raising=False)
+    assert problems(TABLE.read_text(encoding="utf-8")) == ["Attempt.parameter has no row"]
+
+
+def test_the_checker_catches_a_bare_name_that_is_not_a_root_export():
+    # A type of a submodule named without its submodule is not what the cell says.
+    markdown = TABLE.read_text(encoding="utf-8").replace(
+        "| `runtime.AttemptContext.durable` |", "| `AttemptContext.durable` |"
     )
-    assert problems(wrong) == [
-        "synonym Attempt.parameters names Attempt.snooze, which has no row of its own",
-        "synonym Attempt.parameter is not the same member as Attempt.setting",
-    ]
-    # A Bash synonym with a body of its own instead of the primary's bridge command.
-    lib = tmp_path / "httk-workflow.sh"
-    lib.write_text(
-        LIB.read_text(encoding="utf-8").replace(
-            "httk_workflow_parameter() { _httk_call parameter", "httk_workflow_parameter() { _httk_call setting"
-        ),
-        encoding="utf-8",
-    )
-    assert problems(markdown, lib) == [
-        "synonym httk_workflow_parameter does not call the bridge command of httk_workflow_input"
-    ] * 2
+    assert problems(markdown) == ["Python member AttemptContext.durable does not exist"]
 
 
 def test_resolve_reaches_root_exports_submodules_and_attrs_fields():
+    import httk.workflow
     from httk.workflow.runtime import AttemptContext, JobState
 
-    assert resolve("JobState.merge") is JobState.merge
+    assert resolve("JobState.merge") is JobState.merge and httk.workflow.JobState is JobState
     assert resolve("runtime.AttemptContext.durable") is AttemptContext.durable  # a slot of the attrs class
     assert resolve("runtime_utils.render_template").__name__ == "render_template"
-    for missing in ("Attempt.nothing", "runtime.Nothing", "Nothing"):
+    for missing in ("Attempt.nothing", "runtime.Nothing", "Nothing", "AttemptContext", "CommandResult"):
         try:
             resolve(missing)
         except LookupError:

@@ -381,8 +381,9 @@ if __name__ == "__main__":
     raise SystemExit(run.main())
 """
 
-#: The seed spellings of SEED_PYTHON and their httk-workflow 2.1 replacements (spec 001 "2.1 spellings").
-SPELLINGS_21_PYTHON = {"a.input(": "a.parameter(", "a.inputs[": "a.parameters[", "inputs={": "parameters={"}
+#: The seed spellings of SEED_PYTHON and their httk-workflow 2.1 replacements: the ``parameters=`` keyword
+#: of ChildSpec (``Attempt.parameter``/``parameters`` are gone: the parity table of spec 002 has no row for them).
+SPELLINGS_21_PYTHON = {"inputs={": "parameters={"}
 
 
 def respell(text: str, renames: dict[str, str]) -> str:
@@ -446,15 +447,15 @@ source "$HTTK_WORKFLOW_BASH_API"
 httk_workflow_runner greeter start collect done work finish
 
 step_start() {
-    httk_workflow_runlog_note "$(httk_workflow_parameter greeting): one child"
+    httk_workflow_runlog_note "$(httk_workflow_input greeting): one child"
     httk_workflow_spawn --label kid --step work --input name=alpha --input size=2 >/dev/null
     httk_workflow_gather collect
 }
 
 step_collect() {
     httk_workflow_advance done --state "child=$(httk_workflow_child kid label)" \
-        --state "greeting=$(httk_workflow_parameter greeting)" --state "level=$(httk_workflow_parameter level)" \
-        --state "missing=$(httk_workflow_parameter missing none)"
+        --state "greeting=$(httk_workflow_input greeting)" --state "level=$(httk_workflow_input level)" \
+        --state "missing=$(httk_workflow_input missing none)"
 }
 
 step_done() {
@@ -463,8 +464,8 @@ step_done() {
 }
 
 step_work() {
-    httk_workflow_advance finish --state "name=$(httk_workflow_parameter name)" \
-        --state "size=$(httk_workflow_parameter size)"
+    httk_workflow_advance finish --state "name=$(httk_workflow_input name)" \
+        --state "size=$(httk_workflow_input size)"
 }
 
 step_finish() {

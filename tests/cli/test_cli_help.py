@@ -195,3 +195,45 @@ def _target(words: list[str]) -> click.Command | None:
             break
         command = child(command, word)
     return command
+
+
+GROUPS = [(root_name, path) for root_name, root in (("httk", httk), ("httk-taskmanager", taskmanager))
+          for path, command in walk(root) if isinstance(command, click.Group)]
+
+
+def _resolve(root: click.Group, words: list[str]) -> tuple[tuple[str, ...], click.Command | None]:
+    """The command names ``words`` reaches from ``root`` and the command they end at."""
+    command: click.Command | None = root
+    path: list[str] = []
+    for word in words:
+        if not isinstance(command, click.Group):
+            break
+        command = child(command, word)
+        path.append(word)
+        if command is None:
+            break
+    return tuple(path), command
+
+
+@pytest.mark.parametrize(("root_name", "path"), GROUPS, ids=lambda value: " ".join(value) if isinstance(value, tuple)
+                         else value)
+def test_every_group_help_shows_an_example_of_its_commands(root_name, path):
+    """A group's help (``httk workflow job --help``...) has an ``Example(s):`` block too (developers' guide:
+    every command has --help with an example); each line runs a command of that group, unwrapped."""
+    root = httk if root_name == "httk" else taskmanager
+    result = CliRunner().invoke(root, [*path, "--help"], terminal_width=80)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    starts = [index for index, line in enumerate(lines) if line.strip() in ("Example:", "Examples:")]
+    assert starts, f"'{root_name} {' '.join(path)} --help' shows no example"
+    block = []
+    for line in lines[starts[0] + 1:]:
+        if not line.strip():
+            break
+        block.append(line.split())
+    assert block
+    for words in block:
+        assert words[0] == root_name, block
+        reached, command = _resolve(root, words[1:])
+        assert command is not None and not isinstance(command, click.Group), words
+        assert reached[:len(path)] == path, f"{words} is not a command of '{root_name} {' '.join(path)}'"

@@ -66,13 +66,15 @@ def test_show_a_waiting_job_with_children(cli, workspace, handle, submitted):
     report = cli.json("job", "show", workspace, submitted)
     assert report["kind"] == "waiting" and report["generation"] == 5
     assert report["runner_steps"] == ["gather", "main"]
-    assert [(child["label"], child["kind"]) for child in report["children"]] == [("c1", "succeeded"), ("c2", "pending")]
+    # c2 has no note and no marker (nothing was ever submitted under it): unresolvable, not a made-up "pending".
+    assert [(child["label"], child["kind"]) for child in report["children"]] == [("c1", "succeeded"),
+                                                                                 ("c2", "unresolvable")]
     assert report["children"][0]["placement"] == "p/c"
     budgets = report["budgets"]
     assert budgets["maximum_attempts_per_activation"]["used"] == 1
     assert budgets["maximum_total_attempts"] == {"limit": None, "used": 1, "remaining": None, "exhausted": False}
     text = cli("job", "show", workspace, submitted).stdout
-    assert "join:" in text and "c2" in text and "pending" in text
+    assert "join:" in text and "c2" in text and "unresolvable" in text
 
 
 def test_show_and_log_a_failed_job(cli, workspace, handle, submitted):
@@ -105,6 +107,29 @@ def test_show_and_log_a_failed_job(cli, workspace, handle, submitted):
     assert [entry["event"] for entry in newest] == ["publish", "commit_fail"]
     text = cli("job", "log", workspace, submitted).stdout.splitlines()
     assert len(text) == 6 and "failure=boom" in text[-1] and "reason=runner failed" in text[-1]
+
+
+def test_show_and_why_lead_with_the_latest_attempts_headlines(cli, workspace, handle, submitted):
+    """Spec 002: a headline event is meant to be read first when the job is inspected."""
+    marker = advance(handle, submitted, (Event.REGISTER, {}), (Event.CLAIM, CLAIM), (Event.LAUNCH, {}),
+                     (Event.PUBLISH, {}), (Event.COMMIT_FAIL, {"failure": Failure("boom", "it broke")}))
+    Path(handle.layout.attempt_dir(marker.job_id, 1, "a1")).mkdir(parents=True)
+    log = Path(handle.layout.persistent_workdir(marker.job_id)) / ".httk-runner" / "runlog.jsonl"
+    log.parent.mkdir(parents=True)
+    head = {"format": "httk-workflow-runlog-event", "format_version": 1, "files": [], "step": "main",
+            "label": "energy", "time": 0.0}
+    events = [{**head, "kind": "headline", "message": "from another attempt", "attempt_id": "a0"},
+              {**head, "kind": "headline", "message": "E = -12.5 eV", "attempt_id": "a1"},
+              {**head, "kind": "note", "message": "just a note", "attempt_id": "a1"}]
+    log.write_text("".join(json.dumps(event) + "\n" for event in events), encoding="utf-8")
+    shown = cli.json("job", "show", workspace, submitted)["headlines"]
+    assert shown == [{"time": 0.0, "step": "main", "label": "energy", "message": "E = -12.5 eV"}]
+    text = cli("job", "show", workspace, submitted).stdout.splitlines()
+    at = text.index("headlines (latest attempt):")
+    assert text[at + 1].endswith("[main] energy: E = -12.5 eV") and "note" not in text[at + 2]
+    why = cli("job", "why", workspace, submitted).stdout.splitlines()
+    assert why[1] == "  latest headline (step 'main'): energy: E = -12.5 eV"
+    assert cli.json("job", "why", workspace, submitted)["headline"]["message"] == "E = -12.5 eV"
 
 
 def test_damaged_current_frame_is_reported_not_raised(cli, workspace, handle, submitted):

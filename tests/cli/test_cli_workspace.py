@@ -138,10 +138,13 @@ def test_omitted_workspace_uses_the_default_created_on_first_use(cli, tmp_path, 
     data_home = tmp_path / "elsewhere"
     env = {"XDG_DATA_HOME": str(data_home)}
     expected = data_home / "httk-workflow" / "workspaces" / "default"
+    # Reading creates nothing (tests/cli/test_cli_default_workspace.py); the first submission does.
+    cli("workspace", "status", "--json", env=env, code=2)
+    assert not expected.exists()
+    key = cli("job", "submit", str(payload), "--placement", "p", env=env).stdout.strip()
     report = json.loads(cli("workspace", "status", "--json", env=env).stdout)
     assert report["path"] == str(expected) and report["name"] == "default"
     assert (expected / ".httk-workflow" / "format.json").is_file()
-    key = cli("job", "submit", str(payload), "--placement", "p", env=env).stdout.strip()
     jobs = json.loads(cli("job", "list", "--json", env=env).stdout)
     assert [job["job_key"] for job in jobs] == [key]
     assert json.loads(cli("job", "show", key, "--json", env=env).stdout)["job_key"] == key
@@ -170,3 +173,17 @@ def test_status_at_before_the_workspace_existed_says_so(cli, workspace):
     later = cli.json("workspace", "status", workspace, "--at", "@4000000000")
     assert later["before_creation"] is False
     assert "before this workspace" not in cli("workspace", "status", workspace, "--at", "@4000000000").stdout
+
+
+def test_gc_without_limits_reports_the_placement_mirrors_it_prunes(cli, workspace):
+    """No limits set still prunes empty placement mirrors, and says so in the dry run and the run."""
+    mirror = Path(workspace) / ".httk-workflow" / "state" / "submitted" / "p" / "q"
+    mirror.mkdir(parents=True)
+    dry = cli("workspace", "gc", workspace, "--dry-run").stdout
+    assert f"would prune placement_mirror: {mirror}\n" in dry and mirror.is_dir()
+    assert "nothing is collected" not in dry and "only empty placement mirrors are collected" in dry
+    assert dry.splitlines()[-1].endswith("would remove 0 item(s); would prune 2 empty placement mirror(s)")
+    done = cli("workspace", "gc", workspace).stdout
+    assert f"pruned placement_mirror: {mirror.parent}\n" in done and not mirror.parent.exists()
+    assert done.splitlines()[-1].endswith("removed 0 item(s); pruned 2 empty placement mirror(s)")
+    assert cli.json("workspace", "gc", workspace)["pruned"] == []

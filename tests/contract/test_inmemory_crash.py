@@ -206,10 +206,15 @@ def test_uid_stamping_and_chown():
     assert fs.lstat("/w/copy").uid == 1234
 
 
-def test_reader_lag_hides_new_names_until_waited_out():
+def _lagging(lag_seconds: float) -> tuple[FakeClock, InMemoryFilesystem, InMemoryFilesystem]:
+    """A fake clock, a filesystem on it, and a reader of that filesystem seeing names ``lag_seconds`` late."""
     clock = FakeClock()
     writer = InMemoryFilesystem(clock=clock)
-    reader = writer.reader(lag_seconds=2.0)
+    return clock, writer, writer.reader(lag_seconds=lag_seconds)
+
+
+def test_reader_lag_hides_new_names_until_waited_out():
+    clock, writer, reader = _lagging(2.0)
     writer.write_atomic("/w/old", b"o", durable=False)
     clock.advance(5)
     writer.write_atomic("/w/new", b"n", durable=False)
@@ -228,9 +233,7 @@ def test_reader_lag_hides_new_names_until_waited_out():
 
 
 def test_reader_lag_applies_to_renamed_names_and_their_contents():
-    clock = FakeClock()
-    writer = InMemoryFilesystem(clock=clock)
-    reader = writer.reader(lag_seconds=1.0)
+    clock, writer, reader = _lagging(1.0)
     writer.write_atomic("/w/dir/inside", b"x", durable=False)
     clock.advance(5)
     writer.rename("/w/dir", "/w/moved", durable=False)
@@ -240,9 +243,7 @@ def test_reader_lag_applies_to_renamed_names_and_their_contents():
 
 
 def test_reader_mutations_act_on_the_true_tree():
-    clock = FakeClock()
-    writer = InMemoryFilesystem(clock=clock)
-    reader = writer.reader(lag_seconds=5.0)
+    clock, writer, reader = _lagging(5.0)
     writer.create_empty("/w/marker", durable=False)
     with pytest.raises(FileExistsError):
         reader.create_empty("/w/marker", durable=False)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from httk.workflow.adapters import fs_posix
+from httk.workflow.adapters import fs_posix, renames
 from httk.workflow.adapters.clock import SystemClock
 from httk.workflow.adapters.fs_posix import PosixFilesystem
 
@@ -19,7 +19,8 @@ def fallback():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
 def test_renameat2_is_found_on_linux():
-    assert fs_posix._RENAMEAT2 is not None
+    assert renames.renameat2() is not None
+    assert PosixFilesystem()._renameat2 is renames.renameat2()
 
 
 def test_fallback_file_rename_keeps_the_inode(fallback, tmp_path):

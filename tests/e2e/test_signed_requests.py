@@ -55,6 +55,7 @@ def test_signed_and_tampered_requests(tmp_path):
     assert run(env, "run", ws).returncode == 0
     log = json.loads(run(env, "job", "log", ws, good, "--json").stdout)
     assert log[-1]["event"] == "operator_pause" and log[-1]["operator_key"].startswith("ed25519:")
-    quarantined = list((Path(ws) / ".httk-workflow" / "requests" / "quarantine").iterdir())
-    assert len(quarantined) == 1
-    assert "signature rejected" in json.loads(quarantined[0].read_text())["quarantine_reason"]
+    quarantined = sorted((Path(ws) / ".httk-workflow" / "requests" / "quarantine").iterdir())
+    assert [path.name for path in quarantined] == [quarantined[0].name, f"{quarantined[0].name}.audit.json"]
+    assert json.loads(quarantined[0].read_text())["operator"] == "mallory"  # the entry as it was published
+    assert "signature rejected" in json.loads(quarantined[1].read_text())["quarantine_reason"]

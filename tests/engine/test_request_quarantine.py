@@ -32,7 +32,11 @@ def drop(ports, name, data):
 
 
 def quarantined(ports):
-    return [entry.name for entry in ports.fs.scandir("/ws/.httk-workflow/requests/quarantine")]
+    """The quarantined entries (each kept as published, its reason in ``<name>.audit.json`` beside it)."""
+    names = [entry.name for entry in ports.fs.scandir("/ws/.httk-workflow/requests/quarantine")]
+    entries = [name for name in names if not name.endswith(".audit.json")]
+    assert sorted(names) == sorted([*entries, *(f"{name}.audit.json" for name in entries)])
+    return entries
 
 
 def settle(handle, proc):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from jobflow import Flow, Response, job
 
 
@@ -109,11 +111,14 @@ def diversions() -> Flow:
     return Flow([detour, after, addition], name="diversions")
 
 
+def _then_add_one(first: Any, name: str) -> Flow:
+    """The flow ``name`` of ``first`` and a dependent job adding 1 to its output."""
+    return Flow([first, add(first.output, 1)], name=name)
+
+
 def halting() -> Flow:
     """A job that stops the whole flow: what has not run yet never runs."""
-    first = halt(7)
-    second = add(first.output, 1)
-    return Flow([first, second], name="halting")
+    return _then_add_one(halt(7), "halting")
 
 
 def stored() -> Flow:
@@ -125,19 +130,13 @@ def stored() -> Flow:
 
 def failed_addition() -> Flow:
     """A job whose addition fails: the job and its dependent still succeed; the flow does not."""
-    first = adding_bad(2)
-    after = add(first.output, 1)
-    return Flow([first, after], name="failed-addition")
+    return _then_add_one(adding_bad(2), "failed-addition")
 
 
 def halting_with_addition() -> Flow:
-    first = halt_adding(7)
-    second = add(first.output, 1)
-    return Flow([first, second], name="halting-with-addition")
+    return _then_add_one(halt_adding(7), "halting-with-addition")
 
 
 def stopping() -> Flow:
     """Only a stop_children: the dependent is skipped, so the flow did not finish successfully."""
-    stop = stopper(5)
-    after = add(stop.output, 1)
-    return Flow([stop, after], name="stopping")
+    return _then_add_one(stopper(5), "stopping")

@@ -95,7 +95,7 @@ def test_job_why_on_a_waiting_parent_says_what_the_waiting_pass_will_do(ops):
     parent, child = _waiting_parent(ops)
     why = json.loads(ops.httk("job", "why", str(ops.root), parent, "--json").stdout)
     assert why["summary"] == "waiting on 1 active child(ren)"
-    assert f"child c1 ({child.job_key}): active" in why["lines"]
+    assert f"child c1 ({child.job_key}): submitted" in why["lines"]  # its state kind, not "active"
 
     # The child fails under a manager that serves only its subtree; the parent's manager has not looked yet.
     ops.run("--placement-prefix", "elsewhere")

@@ -104,3 +104,41 @@ def test_a_live_manager_keeps_its_heartbeat_fresh(ops):
     manager.signal(15)
     assert manager.wait(20) == 0
     assert json.loads(path.read_text())["stopped"] is True
+
+
+@pytest.mark.parametrize("level", ["info", "INFO", "debug"])
+def test_log_level_info_or_lower_shows_the_record_on_the_console_too(ops, level):
+    """Spec 000 "Run": ``--log-level`` raises or lowers both the console and the file (info was clamped to
+    warnings on the console)."""
+    job = ops.job(RUN)
+    manager = ops.run("--log-level", level)
+    for needle in (f"claimed {job}", f"committed {job}: succeeded"):
+        assert needle in manager.stderr, manager.stderr
+        assert needle in (_manager_dir(ops, manager) / "log").read_text()
+
+
+def test_log_level_warning_raises_the_file_as_well(ops):
+    job = ops.job(RUN)
+    manager = ops.run("--log-level", "warning")
+    text = (_manager_dir(ops, manager) / "log").read_text()
+    assert f"claimed {job}" not in text and f"claimed {job}" not in manager.stderr
+
+
+def test_job_debug_log_level_shows_the_private_managers_log(ops):
+    """Spec 000 "The foreground debug runner": quiet by default, ``--log-level`` raises the console log."""
+    quiet = ops.job(RUN)
+    done = ops.httk("job", "debug", str(ops.root), quiet)
+    assert "claimed" not in done.stdout + done.stderr
+    loud = ops.job(RUN)
+    done = ops.httk("job", "debug", str(ops.root), loud, "--log-level", "info")
+    assert f"claimed {loud}" in done.stderr, done.stderr
+
+
+def test_every_log_level_option_refuses_an_unknown_level(ops):
+    job = ops.job(RUN)
+    before = sorted(path.name for path in Path(ops.handle.layout.managers).iterdir())
+    for command in (("run", str(ops.root)), ("manager", "run", str(ops.root)), ("job", "debug", str(ops.root), job)):
+        done = ops.httk(*command, "--log-level", "bogus", code=2)
+        assert "'bogus' is not one of 'debug', 'info', 'warning', 'error'" in done.stderr, done.stderr
+    assert sorted(path.name for path in Path(ops.handle.layout.managers).iterdir()) == before
+    assert ops.kind(job) == "submitted"

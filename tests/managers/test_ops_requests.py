@@ -356,10 +356,14 @@ def test_an_unreadable_request_is_quarantined(ops):
     (ready / "alien.json").write_text('{"format":"something-else","kind":"ready","placement":"p","marker":"x"}\n')
     manager = ops.run()
     assert ops.requests("ready") == []
-    quarantined = {path.name: json.loads(path.read_text()) for path in (ready.parent / "quarantine").iterdir()}
-    assert set(quarantined) == {"garbage.json", "alien.json"}
-    assert "unreadable request" in quarantined["garbage.json"]["quarantine_reason"]
-    assert "httk-workflow-request" in quarantined["alien.json"]["quarantine_reason"]
+    quarantine = ready.parent / "quarantine"
+    assert sorted(path.name for path in quarantine.iterdir()) == [
+        "alien.json", "alien.json.audit.json", "garbage.json", "garbage.json.audit.json"]
+    assert (quarantine / "garbage.json").read_text() == "{not json"  # kept as it was published
+    audits = {name: json.loads((quarantine / f"{name}.audit.json").read_text())
+              for name in ("garbage.json", "alien.json")}
+    assert "unreadable request" in audits["garbage.json"]["quarantine_reason"]
+    assert "httk-workflow-request" in audits["alien.json"]["quarantine_reason"]
     assert manager.stderr.count("quarantine") == 2  # a warning each, on the console
 
 

@@ -97,3 +97,36 @@ def test_workspace_submit_specs_writes_the_prepared_job_json_and_refuses_writing
     with pytest.raises(SubmissionError, match=r"^job spec 3 \(name 'x'\): job\.json @ \$\.runner\.path.*spec 3 of 3"):
         workspace.submit_specs(bad, "camp/c")
     assert tree(tmp_path / "ws") == before
+
+
+def modes_times_bytes(root) -> dict[str, tuple[int, int, bytes | str | None]]:
+    """Every name below ``root``: permission bits, mtime and bytes (a link: its target)."""
+    out: dict[str, tuple[int, int, bytes | str | None]] = {}
+    for current, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(current, name)
+            info = os.lstat(path)
+            content = (os.readlink(path) if os.path.islink(path) else
+                       None if os.path.isdir(path) else open(path, "rb").read())
+            out[os.path.relpath(path, root)] = (info.st_mode, info.st_mtime_ns, content)
+    return out
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_batch_copies_a_payload_as_one_submission_does_modes_and_times_included(tmp_path, durable):
+    workspace = Workspace.init(tmp_path / "ws", durable=durable)
+    [payload] = prepare_job_payloads([(tmp_path / "src" / "p", specs(1)[0])])
+    (payload / "run.sh").write_text("#!/bin/sh\n")
+    (payload / "run.sh").chmod(0o755)
+    (payload / "tools").mkdir()
+    (payload / "tools" / "data").write_bytes(b"d" * 5000)
+    (payload / "tools" / "data").chmod(0o640)
+    (payload / "tools").chmod(0o750)
+    (payload / "link").symlink_to("run.sh")
+    for index, path in enumerate([payload / "tools" / "data", payload / "tools", payload / "run.sh"]):
+        os.utime(path, ns=(1_000_000_000, 1_500_000_000_000_000_000 + index))
+    one = workspace.submit(payload, "camp/one")
+    [many] = workspace.submit_many([payload], "camp/many")
+    source = modes_times_bytes(payload)
+    assert modes_times_bytes(tmp_path / "ws" / "camp/one" / str(one.key)) == source
+    assert modes_times_bytes(tmp_path / "ws" / "camp/many" / str(many.key)) == source

@@ -118,3 +118,31 @@ def test_a_payload_name_taken_by_a_hand_made_directory_gives_the_id_back(fs, wor
         submit(workspace, source, "p")
     reservations = [name for name in names(fs, f"{ROOT}/.httk-workflow/ids") if fs.lstat(name).is_file]
     assert reservations == []
+
+
+@pytest.mark.parametrize("poison", ["symlink", "fifo", "directory"])
+@pytest.mark.parametrize("batch", [False, True], ids=["submit", "submit_many"])
+def test_a_job_json_that_is_not_a_regular_file_is_refused_unread(fs, workspace, poison, batch):
+    """As a manager reads job.json (never through a link, never opening a FIFO): refused at submission instead.
+
+    Before, a linked job.json was read through the link and submitted (a job no manager would run),
+    and a FIFO's read blocked the submission for ever (the in-memory filesystem's SimulatedHang).
+    """
+    from httk.workflow.operations.bulk_submission import submit_many
+
+    real = write_payload(fs, "/src/real")
+    source = write_payload(fs, "/src/p")
+    fs.remove(f"{source}/job.json")
+    if poison == "symlink":
+        fs.symlink(f"{real}/job.json", f"{source}/job.json")
+    elif poison == "fifo":
+        fs.mkfifo(f"{source}/job.json")
+    else:
+        fs.makedirs(f"{source}/job.json")
+    before = names(fs, ROOT)
+    with pytest.raises(SubmissionError, match=r"^/src/p/job\.json is a .*, not a regular file; a manager runs only"):
+        if batch:
+            submit_many(workspace, [real, source], "camp/a")
+        else:
+            submit(workspace, source, "camp/a")
+    assert names(fs, ROOT) == before

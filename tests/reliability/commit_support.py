@@ -17,6 +17,10 @@ from httk.workflow.testing import FakeProcessControl, SimulatedCrash, memory_por
 ROOT = "/ws"
 SETTINGS = LaunchSettings(python="/usr/bin/python3", shell_lib="/lib/httk-workflow.sh", base_env={"PATH": "/bin"})
 CHILD_JOB = JobSpec(name="c", workflow="w", runner_path="run.sh").to_bytes()
+CHILD_ID = "cccccccc-0000-4000-8000-000000000001"
+CHILD = f"c--{CHILD_ID}"
+OTHER_ID = "cccccccc-0000-4000-8000-000000000002"
+OTHER = f"b--{OTHER_ID}"
 
 
 def workspace(**spec_changes: Any):
@@ -72,10 +76,50 @@ def publisher(fs, make_tree: Callable[[Any], dict[str, Any] | None]) -> Callable
     return behaviour
 
 
-def manager(handle, ports, behaviour, name: str = "m-a") -> Manager:
+def spawning(parents: set[str], children: list[tuple[str, str, str]]) -> Callable[[Any], dict[str, Any] | None]:
+    """A ``publisher`` tree: each job in ``parents`` spawns ``children``; every other job succeeds."""
+
+    def tree(launch: Any) -> dict[str, Any] | None:
+        return spawn_tree(children) if launch.env["HTTK_WORKFLOW_JOB_ID"] in parents else None
+
+    return tree
+
+
+def manager(handle, ports, behaviour, name: str = "m-a", prefixes: tuple[str, ...] = ()) -> Manager:
+    """A manager on fake processes; ``prefixes`` limits the placements it serves (all by default)."""
     proc = FakeProcessControl(ports.clock, behaviour, uid=ports.fs.uid)
-    return Manager(handle, proc, SETTINGS, ManagerConfig(lease_seconds=10.0), manager_id=name,
-                   out=lambda line: None)
+    config = ManagerConfig(lease_seconds=10.0, placement_prefixes=prefixes)
+    return Manager(handle, proc, SETTINGS, config, manager_id=name, out=lambda line: None)
+
+
+def run_spawner(handle, ports, parent, children: list[tuple[str, str, str]] | None = None, *, name: str = "m-a",
+                prefixes: tuple[str, ...] = ()) -> None:
+    """Run a manager until idle whose runner has ``parent`` spawn ``children`` (by default the child ``c``,
+    job ``CHILD`` at ``kids``) and lets every other job succeed."""
+    tree = spawning({parent.job_id}, children if children is not None else [("c", CHILD, "kids")])
+    manager(handle, ports, publisher(ports.fs, tree), name, prefixes).run()
+
+
+def race_id_reservation(handle, job_id: str, compete: Callable[[], Any]) -> None:
+    """Run ``compete`` once, just before the reservation of ``job_id`` is written (alone or as a group's rename)."""
+    fs = handle.fs
+    write_new, rename = fs.write_new, fs.rename
+    raced = [False]
+
+    def race(path: str) -> None:
+        if not raced[0] and path == handle.layout.id_reservation(job_id):
+            raced[0] = True  # set first: the competing submission reserves the id too
+            compete()
+
+    def racing_write(path, data, *, durable):
+        race(path)
+        return write_new(path, data, durable=durable)
+
+    def racing_rename(source, destination, *, durable):  # a group reservation renames its synced temp
+        race(destination)
+        return rename(source, destination, durable=durable)
+
+    fs.write_new, fs.rename = racing_write, racing_rename
 
 
 def crash_and_recover(ports, handle, publish, point: int, arm_on: Callable[[Any], bool] | None = None):
@@ -106,6 +150,15 @@ def crash_and_recover(ports, handle, publish, point: int, arm_on: Callable[[Any]
 def markers_of(handle, job_id: str) -> list[Any]:
     """Every marker of one job, in every kind (a job exists exactly once when this has one element)."""
     return [marker for kind in StateKind for marker in handle.store.iter_markers(kind) if marker.job_id == job_id]
+
+
+def protocol_failure(handle, job_id: str) -> str:
+    """The failure message of a job that must have failed with ``protocol_error``."""
+    [marker] = markers_of(handle, job_id)
+    frame = handle.store.read_frame(marker)
+    assert marker.kind == StateKind.FAILED, marker
+    assert frame.failure.code == "protocol_error", frame.failure
+    return frame.failure.message
 
 
 def fsck_problems(handle) -> list[Any]:

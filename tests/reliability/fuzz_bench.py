@@ -213,6 +213,13 @@ class Bench:
         for marker in self.good:
             assert self.kind(marker.job_id) == "succeeded", f"good job {marker.key} is {self.kind(marker.job_id)}"
 
+    def run_beside_good(self) -> Manager:
+        """Add the good jobs, run a manager until idle and check they all succeeded beside the bad one."""
+        self.add_good()
+        manager = self.run()
+        self.check_good()
+        return manager
+
     # -- observations ------------------------------------------------------------------------------
     def snapshot(self, top: str, skip: tuple[str, ...] = ()) -> dict[str, str]:
         """``path -> what`` for everything below ``top`` except the ``skip`` subtrees (content digests)."""
@@ -309,6 +316,14 @@ def check_outside(bench: Bench, before: dict[str, str]) -> None:
     assert not changed, f"written outside the workspace: {changed[:5]}"
 
 
+def check_clean(bench: Bench, job_ids: list[str], before: dict[str, str], what: str) -> None:
+    """fsck finds these jobs clean, every payload has its marker, and nothing outside the workspace changed."""
+    report = bench.read_everything(job_ids)
+    assert report["clean"], f"a bad {what} damaged the workspace: {report['problems'][:2]}"
+    check_no_orphans(bench)
+    check_outside(bench, before)
+
+
 def check_no_orphans(bench: Bench) -> None:
     """Every payload directory of the workspace belongs to exactly one marker (nothing left half-created)."""
     payloads = {bench.store.payload_dir(marker) for kind in StateKind for marker in bench.store.iter_markers(kind)}
@@ -356,8 +371,10 @@ def repair(bench: Bench, job_ids: list[str]) -> None:
                          codes=(0, 1))
     report = codec.decode_object(repaired.stdout.encode(), "fsck --json")
     check_codes(report)
-    left = [problem for problem in report["problems"] if problem["action"] not in ("repaired", "quarantined")]
+    # Only a repair settles a problem: a quarantined marker is left for an operator (spec 000, fsck exit status).
+    left = [problem for problem in report["problems"] if problem["action"] != "repaired"]
     assert report["left_for_operator"] == len(left)
+    assert repaired.exit_code == (1 if left else 0)
     again = bench.read_everything(job_ids)
     check_codes(again)
     unrepaired = [problem for problem in again["problems"] if problem["code"] in FRAME_CODES]

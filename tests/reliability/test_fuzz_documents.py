@@ -33,8 +33,8 @@ from fuzz_bench import (
     Bench,
     apply_model,
     bad_document,
+    check_clean,
     check_codes,
-    check_no_orphans,
     check_outside,
     ended,
     first_attempt,
@@ -166,14 +166,9 @@ def _outcome(rng, notes, bench: Bench, special: Special | None) -> None:
     content = bad_document(rng, notes, document, special)
     before = bench.outside_snapshot()
     bad = bench.submit(tree=first_attempt(lambda launch: {"outcome.json": content, **rest}))
-    bench.add_good()
-    bench.run()
-    bench.check_good()
+    bench.run_beside_good()
     ended(bench, bad.job_id, ("succeeded", "failed", "paused"))
-    report = bench.read_everything([bad.job_id])
-    assert report["clean"], f"a bad outcome damaged the workspace: {report['problems'][:2]}"
-    check_no_orphans(bench)
-    check_outside(bench, before)
+    check_clean(bench, [bad.job_id], before, "outcome")
 
 
 # -- spawn.json and a child's job.json ---------------------------------------------------------------
@@ -198,9 +193,7 @@ def _spawn(rng, notes, bench: Bench, special: Special | None) -> None:
         tree[child] = bad_document(rng, notes, codec.decode(files[child], child), special)
     before = bench.outside_snapshot()
     parent = bench.submit(tree=first_attempt(lambda launch: tree))
-    bench.add_good()
-    bench.run()
-    bench.check_good()
+    bench.run_beside_good()
     made = [job_id for job_id in KIDS if bench.marker(job_id) is not None]
     # A child this manager cannot serve (a mutated executor or pool) stays put, and its parent waits for it.
     unserved = [job_id for job_id in made if ended(bench, job_id, ("succeeded", "failed", "submitted", "ready"))
@@ -210,10 +203,7 @@ def _spawn(rng, notes, bench: Bench, special: Special | None) -> None:
         failure = bench.store.read_frame(bench.marker(parent.job_id)).failure
         if failure.code == "protocol_error":
             assert not made, f"a refused spawn created children {made}"
-    report = bench.read_everything([parent.job_id, *made])
-    assert report["clean"], f"a bad spawn damaged the workspace: {report['problems'][:2]}"
-    check_no_orphans(bench)
-    check_outside(bench, before)
+    check_clean(bench, [parent.job_id, *made], before, "spawn")
 
 
 # -- transaction/manifest.json --------------------------------------------------------------------------
@@ -247,9 +237,7 @@ def _manifest(rng, notes, bench: Bench, special: Special | None) -> None:
     bench.fs.write_atomic(f"{data}/keep.txt", b"keep\n", durable=False)
     original = {"keep.txt": b"keep\n"}
     before = bench.outside_snapshot()
-    bench.add_good()
-    bench.run()
-    bench.check_good()
+    bench.run_beside_good()
     kind = ended(bench, job.job_id, ("succeeded", "failed"))
     held = bench.snapshot(data)
     odd = [path for path, what in held.items() if what != "dir" and len(what) != 16]
@@ -307,9 +295,7 @@ def _request(rng, notes, bench: Bench, special: Special | None) -> None:
         notes.append(f"named {name!r}")
     bench.place(f"{ready}/{name}", content)
     before = bench.outside_snapshot()
-    bench.add_good()
-    bench.run()
-    bench.check_good()
+    bench.run_beside_good()
     ended(bench, target.job_id, ("succeeded", "paused", "cancelled", "failed"))
     layout = bench.handle.layout.requests
     if bench.fs.lstat(f"{ready}/{name}") is not None:

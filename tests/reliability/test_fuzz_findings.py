@@ -67,7 +67,7 @@ def test_a_request_holding_1e999_is_quarantined_not_stranded_in_claimed():
     bench.run()
     bench.check_good()
     assert list(bench.fs.scandir(f"{requests}/claimed/m-a")) == []
-    record = codec.decode_object(bench.fs.read_bytes(f"{requests}/quarantine/{name}"), "record")
+    record = codec.decode_object(bench.fs.read_bytes(f"{requests}/quarantine/{name}.audit.json"), "record")
     assert "1e999 is beyond the range of a JSON number" in record["quarantine_reason"]
     assert bench.kind(target.job_id) == "succeeded"  # the pause never applied
     bench.cli("collect", bench.root, "--raw", "--kind=succeeded", codes=(0,))

@@ -15,41 +15,27 @@ from __future__ import annotations
 
 import pytest
 from commit_support import (
+    CHILD,
+    CHILD_ID,
+    OTHER,
+    OTHER_ID,
     ROOT,
-    SETTINGS,
     add_job,
     fsck_problems,
+    manager,
     markers_of,
+    protocol_failure,
     publisher,
-    spawn_tree,
+    race_id_reservation,
+    run_spawner,
     workspace,
 )
 
 from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
-from httk.workflow.engine.manager import Manager, ManagerConfig
 from httk.workflow.operations.fsck import Fsck
 from httk.workflow.operations.gc import GarbageCollector
 from httk.workflow.operations.submission import SubmissionError, submit
-from httk.workflow.testing import FakeProcessControl
-
-CHILD_ID = "cccccccc-0000-4000-8000-000000000001"
-CHILD = f"c--{CHILD_ID}"
-OTHER_ID = "cccccccc-0000-4000-8000-000000000002"
-OTHER = f"b--{OTHER_ID}"
-
-
-def _manager(handle, ports, behaviour, *prefixes: str) -> Manager:
-    proc = FakeProcessControl(ports.clock, behaviour, uid=ports.fs.uid)
-    config = ManagerConfig(lease_seconds=10.0, placement_prefixes=prefixes)
-    return Manager(handle, proc, SETTINGS, config, manager_id="m-a", out=lambda line: None)
-
-
-def _spawning(parents: set[str], children: list[tuple[str, str, str]]):
-    def tree(launch):
-        return spawn_tree(children) if launch.env["HTTK_WORKFLOW_JOB_ID"] in parents else None
-
-    return tree
 
 
 def _names(fs, top: str = ROOT) -> list[str]:
@@ -67,21 +53,14 @@ def _reservation(handle, job_id: str) -> dict:
     return codec.decode_object(handle.fs.read_bytes(path), path)
 
 
-def _failure(handle, job_id: str) -> str:
-    [marker] = markers_of(handle, job_id)
-    frame = handle.store.read_frame(marker)
-    assert marker.kind == StateKind.FAILED and frame.failure.code == "protocol_error", frame.failure
-    return frame.failure.message
-
-
 def test_a_spawn_naming_the_id_of_a_job_elsewhere_that_has_not_run_yet_is_a_clash():
     ports, handle = workspace()
     existing = add_job(handle, "elsewhere", job_id=CHILD_ID)  # submitted, never claimed: no directory of its id
     parent = add_job(handle)
     # This manager serves only the parent's placement: the existing job stays unrun.
-    _manager(handle, ports, publisher(ports.fs, _spawning({parent.job_id}, [("c", CHILD, "kids")])), "p").run()
+    run_spawner(handle, ports, parent, prefixes=("p",))
 
-    message = _failure(handle, parent.job_id)
+    message = protocol_failure(handle, parent.job_id)
     assert f"job id {CHILD_ID} already belongs to job {existing.key} at elsewhere" in message
     assert markers_of(handle, CHILD_ID) == [existing]
     assert not ports.fs.exists(f"{ROOT}/kids")
@@ -94,32 +73,17 @@ def test_a_spawn_refused_midway_releases_the_ids_it_reserved_so_a_later_spawn_ma
     ports, handle = workspace()
     first = add_job(handle)
     fs = ports.fs
-    write_new, rename = fs.write_new, fs.rename
-    raced = [False]
-
-    def race(path):
-        if not raced[0] and path == handle.layout.id_reservation(OTHER_ID):
-            raced[0] = True
-            submit(handle, "/src/p", "elsewhere", job_id=OTHER_ID)  # another job, at another placement
-
-    def racing(path, data, *, durable):
-        race(path)
-        return write_new(path, data, durable=durable)
-
-    def racing_rename(source, destination, *, durable):  # a group reservation renames its synced temp
-        race(destination)
-        return rename(source, destination, durable=durable)
-
-    fs.write_new, fs.rename = racing, racing_rename
+    # Another job, at another placement, takes b's id.
+    race_id_reservation(handle, OTHER_ID, lambda: submit(handle, "/src/p", "elsewhere", job_id=OTHER_ID))
     children = [("a", CHILD, "kids"), ("b", OTHER, "kids")]
-    behaviour = publisher(fs, _spawning({first.job_id}, children))
-    _manager(handle, ports, behaviour, "p").run()
-    assert f"job id {OTHER_ID} already belongs to job {OTHER_ID} at elsewhere" in _failure(handle, first.job_id)
+    run_spawner(handle, ports, first, children, prefixes=("p",))
+    message = protocol_failure(handle, first.job_id)
+    assert f"job id {OTHER_ID} already belongs to job {OTHER_ID} at elsewhere" in message
     assert not fs.exists(handle.layout.id_reservation(CHILD_ID)), "the refused outcome's reservation was kept"
     assert markers_of(handle, CHILD_ID) == [] and not fs.exists(f"{ROOT}/kids")
 
     second = add_job(handle)
-    _manager(handle, ports, publisher(fs, _spawning({second.job_id}, [("a", CHILD, "kids")])), "p").run()
+    run_spawner(handle, ports, second, [("a", CHILD, "kids")], prefixes=("p",))
     [child] = markers_of(handle, CHILD_ID)
     assert child.kind == StateKind.SUBMITTED
     reserved = _reservation(handle, CHILD_ID)
@@ -177,7 +141,7 @@ def test_fsck_reports_two_jobs_sharing_an_id_that_an_old_workspace_let_through()
 def test_gc_never_collects_reservations():
     ports, handle = workspace()
     job = add_job(handle)
-    _manager(handle, ports, publisher(ports.fs, lambda launch: None)).run()
+    manager(handle, ports, publisher(ports.fs, lambda launch: None)).run()
     [done] = markers_of(handle, job.job_id)
     assert done.kind == StateKind.SUCCEEDED
     for name in ("attempt_control_days", "trash_days", "journal_days"):

@@ -14,6 +14,10 @@ from __future__ import annotations
 import posixpath
 
 from commit_support import (
+    CHILD,
+    CHILD_ID,
+    OTHER,
+    OTHER_ID,
     ROOT,
     add_job,
     crash_and_recover,
@@ -21,8 +25,12 @@ from commit_support import (
     manager,
     markers_of,
     outcome,
+    protocol_failure,
     publisher,
+    race_id_reservation,
+    run_spawner,
     spawn_tree,
+    spawning,
     workspace,
 )
 
@@ -30,22 +38,10 @@ from httk.workflow import codec
 from httk.workflow.domain.lifecycle import StateKind
 from httk.workflow.operations.submission import submit
 
-CHILD_ID = "cccccccc-0000-4000-8000-000000000001"
-CHILD = f"c--{CHILD_ID}"
-OTHER_ID = "cccccccc-0000-4000-8000-000000000002"
-OTHER = f"b--{OTHER_ID}"
-
 
 def _frame(handle, job_id):
     [marker] = markers_of(handle, job_id)
     return marker, handle.store.read_frame(marker)
-
-
-def _failure(handle, job_id):
-    marker, frame = _frame(handle, job_id)
-    assert marker.kind == StateKind.FAILED, marker
-    assert frame.failure.code == "protocol_error", frame.failure
-    return frame.failure.message
 
 
 def _control(handle, job_id):
@@ -53,20 +49,11 @@ def _control(handle, job_id):
     return entry.path
 
 
-def _children_of_parents(parents, children):
-    """A runner: each parent spawns ``children``; every other job (the children) succeeds."""
-
-    def tree(launch):
-        return spawn_tree(children) if launch.env["HTTK_WORKFLOW_JOB_ID"] in parents else None
-
-    return tree
-
-
 def test_a_second_parent_spawning_an_existing_child_fails_and_creates_nothing():
     ports, handle = workspace()
     first = add_job(handle)
     parents = {first.job_id}
-    behaviour = publisher(ports.fs, _children_of_parents(parents, [("c", CHILD, "kids")]))
+    behaviour = publisher(ports.fs, spawning(parents, [("c", CHILD, "kids")]))
     manager(handle, ports, behaviour).run()
     [child] = markers_of(handle, CHILD_ID)
     assert child.kind == StateKind.SUCCEEDED
@@ -74,7 +61,7 @@ def test_a_second_parent_spawning_an_existing_child_fails_and_creates_nothing():
     second = add_job(handle)
     parents.add(second.job_id)
     manager(handle, ports, behaviour, "m-b").run()
-    message = _failure(handle, second.job_id)
+    message = protocol_failure(handle, second.job_id)
     assert f"job {CHILD} at kids already exists" in message
     assert f"spawned by job {first.key}" in message
     # Still exactly one job, run once, and its parent is the first spawner.
@@ -99,7 +86,7 @@ def test_a_later_attempt_spawning_its_predecessors_child_again_is_a_clash():
         return spawn_tree([("c", CHILD, "kids")], final)
 
     manager(handle, ports, publisher(ports.fs, tree)).run()
-    message = _failure(handle, parent.job_id)
+    message = protocol_failure(handle, parent.job_id)
     assert f"job {CHILD} at kids already exists (spawned by job {parent.key}, attempt " in message
     assert len(markers_of(handle, CHILD_ID)) == 1
 
@@ -108,8 +95,8 @@ def test_a_child_id_with_a_marker_at_the_placement_is_a_clash():
     ports, handle = workspace()
     existing = add_job(handle, "kids", job_id=CHILD_ID)  # the same id under another key (no tag)
     parent = add_job(handle)
-    manager(handle, ports, publisher(ports.fs, _children_of_parents({parent.job_id}, [("c", CHILD, "kids")]))).run()
-    message = _failure(handle, parent.job_id)
+    run_spawner(handle, ports, parent)
+    message = protocol_failure(handle, parent.job_id)
     assert f"job id {CHILD_ID} ({CHILD} at kids) names an existing job" in message
     assert [marker.key for marker in markers_of(handle, CHILD_ID)] == [existing.key]
     assert not ports.fs.exists(f"{ROOT}/kids/{CHILD}")
@@ -120,9 +107,8 @@ def test_a_child_id_of_a_job_elsewhere_that_has_run_is_a_clash():
     existing = add_job(handle, "elsewhere", job_id=CHILD_ID)
     manager(handle, ports, publisher(ports.fs, lambda launch: None)).run()
     parent = add_job(handle)
-    manager(handle, ports, publisher(ports.fs, _children_of_parents({parent.job_id}, [("c", CHILD, "kids")])),
-            "m-b").run()
-    message = _failure(handle, parent.job_id)
+    run_spawner(handle, ports, parent, name="m-b")
+    message = protocol_failure(handle, parent.job_id)
     assert f"{handle.layout.job_attempts(CHILD_ID)} exists" in message
     assert [marker.key for marker in markers_of(handle, CHILD_ID)] == [existing.key]
     assert not ports.fs.exists(f"{ROOT}/kids")
@@ -132,8 +118,8 @@ def test_one_job_id_spawned_twice_in_one_outcome_creates_neither():
     ports, handle = workspace()
     parent = add_job(handle)
     children = [("a", f"a--{CHILD_ID}", "kids"), ("b", f"b--{CHILD_ID}", "kids")]
-    manager(handle, ports, publisher(ports.fs, _children_of_parents({parent.job_id}, children))).run()
-    assert f"job id {CHILD_ID} is spawned twice" in _failure(handle, parent.job_id)
+    run_spawner(handle, ports, parent, children)
+    assert f"job id {CHILD_ID} is spawned twice" in protocol_failure(handle, parent.job_id)
     assert markers_of(handle, CHILD_ID) == []
     assert not ports.fs.exists(f"{ROOT}/kids")
 
@@ -197,25 +183,8 @@ def test_a_clash_arising_mid_commit_leaves_no_payload_of_the_refused_outcome_wha
     def run_once(point):
         ports, handle = workspace()
         parent = add_job(handle)
-        fs = ports.fs
-        write_new, rename = fs.write_new, fs.rename
-        taken = [False]
-
-        def race(path):
-            if not taken[0] and path == handle.layout.id_reservation(OTHER_ID):
-                taken[0] = True  # set first: the competing submission reserves the id too
-                submit(handle, "/src/p", "kids", tag="b", job_id=OTHER_ID)
-
-        def racing_reservation(path, data, *, durable):
-            race(path)
-            return write_new(path, data, durable=durable)
-
-        def racing_rename(source, destination, *, durable):  # a group reservation renames its synced temp
-            race(destination)
-            return rename(source, destination, durable=durable)
-
-        fs.write_new, fs.rename = racing_reservation, racing_rename
-        tree = _children_of_parents({parent.job_id}, children)
+        race_id_reservation(handle, OTHER_ID, lambda: submit(handle, "/src/p", "kids", tag="b", job_id=OTHER_ID))
+        tree = spawning({parent.job_id}, children)
         fresh, crashed = crash_and_recover(ports, handle, publisher(ports.fs, tree), point, _of(parent.job_id))
         return (ports, fresh, parent.job_id), crashed
 
@@ -232,7 +201,7 @@ def test_a_clash_arising_mid_commit_leaves_no_payload_of_the_refused_outcome_wha
                 link = codec.decode_object(ports.fs.read_bytes(f"{ROOT}/kids/{key}/.httk-job/parent.json"), "p")
                 assert link["job_id"] == parent_id
             return
-        message = _failure(handle, parent_id)
+        message = protocol_failure(handle, parent_id)
         assert OTHER in message, message
         assert markers_of(handle, CHILD_ID) == []
         assert not ports.fs.exists(f"{ROOT}/kids/{CHILD}")

@@ -8,12 +8,14 @@ command line is the shared ``cli`` fixture (tests/cli_support.py).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
 import time
+import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -105,6 +107,61 @@ def ssh_transport(infra: dict[str, str], **overrides: Any) -> Any:
     }
     options.update(overrides)
     return SshTransport(infra["CI_SSH_HOST"], **options)
+
+
+def configure_kappa(cli, infra: dict[str, str], *extra: str) -> None:
+    """Add the remote ``kappa`` (template ssh-slurm) pointing at the infrastructure; ``extra`` are more options."""
+    cli("remote", "add", "kappa", "--template", "ssh-slurm")
+    cli(
+        "remote", "configure", "kappa",
+        "--set", f"host={infra['CI_SSH_HOST']}", "--set", f"port={infra['CI_SSH_PORT']}",
+        "--set", f"username={infra['CI_SSH_USER']}", "--set", f"key_filename={infra['CI_SSH_KEY']}",
+        "--set", f"known_hosts={infra['CI_SSH_KNOWN_HOSTS']}", "--set", f"httk_command={infra['CI_HTTK_COMMAND']}",
+        "--set", f"workspace_root={infra['CI_WORK_ROOT']}", *extra,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def kappa_workspace(cli, infra: dict[str, str], directory: str, name: str) -> Iterator[dict[str, Any]]:
+    """A workspace on kappa at ``CI_WORK_ROOT/<directory>-<hex>/runs``, registered there as ``<name>-<hex>``.
+
+    Yields ``name``, ``ref`` (``kappa:<name>``), ``path``, its parent ``base``, what ``workspace init``
+    printed (``initialized``), an ``ssh`` transport and ``infra``; afterwards the workspace is
+    forgotten and ``base`` removed.
+    """
+    configure_kappa(cli, infra)
+    unique = uuid.uuid4().hex[:12]
+    base = f"{infra['CI_WORK_ROOT']}/{directory}-{unique}"
+    registered = f"{name}-{unique}"
+    init = cli("workspace", "init", f"kappa:{base}/runs", "--name", registered)
+    ssh = ssh_transport(infra)
+    try:
+        yield {"name": registered, "ref": f"kappa:{registered}", "path": f"{base}/runs", "base": base,
+               "initialized": init.stdout, "ssh": ssh, "infra": infra}
+    finally:
+        ssh.run([infra["CI_HTTK_COMMAND"], "workflow", "workspace", "forget", registered])
+        ssh.run(["rm", "-rf", "--", base])
+        ssh.close()
+
+
+def local_remote(cli, workspace_root: Path, workspace: str | None = None) -> str:
+    """Add the ``local`` remote ``here`` whose httk is this venv's; with ``workspace``, init an empty one so named
+    at ``workspace_root/<workspace>``. Returns the remote's name."""
+    cli("remote", "add", "here", "--template", "local")
+    cli("remote", "configure", "here", "--set", f"httk_command={HTTK}", "--set", f"workspace_root={workspace_root}")
+    if workspace is not None:
+        cli("workspace", "init", f"here:{workspace_root / workspace}", "--name", workspace)
+    return "here"
+
+
+def wait_local_managers(cli, job_ids: Sequence[str], seconds: float = 120) -> None:
+    """Wait until every local manager ``job_ids`` of ``here:runs`` exited."""
+
+    def finished():
+        jobs = cli.json("manager", "status", "here:runs", *[word for i in job_ids for word in ("--job", i)])["jobs"]
+        return True if all(jobs[i]["finished"] for i in job_ids) else None
+
+    wait_until(finished, seconds, f"local managers {list(job_ids)} exiting")
 
 
 def write_payload(directory: Path) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from dependency_injector import providers
-from remote_support import HTTK, wait_until, write_payload
+from remote_support import local_remote, wait_until, write_payload
 
 from httk.workflow.adapters.batch.local import LocalBatchSystem
 from httk.workflow.adapters.plugins import BATCH_SYSTEMS, EntryPointCatalog
@@ -43,9 +43,7 @@ def test_local_transport_runs_argv_with_input_and_copies_files(tmp_path):
 @pytest.fixture
 def here(cli, tmp_path):
     """A ``local`` remote named ``here`` whose httk is this venv's."""
-    cli("remote", "add", "here", "--template", "local")
-    cli("remote", "configure", "here", "--set", f"httk_command={HTTK}", "--set", f"workspace_root={tmp_path}")
-    return "here"
+    return local_remote(cli, tmp_path)
 
 
 def test_check_passes_on_this_machine(cli, here, tmp_path):
@@ -163,8 +161,7 @@ def test_check_looks_up_the_commands_the_batch_system_declares(cli, tmp_path):
 
     catalog = EntryPointCatalog(given={BATCH_SYSTEMS: {"local": NeedsMore}})
     cli.container.plugins.override(providers.Object(catalog))
-    cli("remote", "add", "here", "--template", "local")
-    cli("remote", "configure", "here", "--set", f"httk_command={HTTK}", "--set", f"workspace_root={tmp_path}")
+    local_remote(cli, tmp_path)
     result = cli("remote", "check", "here", code=1)
     assert "FAILED   batch           local: missing no-such-scheduler-command; install" in result.stdout
     report = json.loads(cli("remote", "check", "here", "--json", code=1).stdout)["report"]

@@ -239,7 +239,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(cli, here, ws, tmp_pat
     payload = write_payload(tmp_path / "payload")
     before = sorted(p.relative_to(ws) for p in ws.rglob("*"))
     unknown = cli("job", "submit", f"nowhere:{ws}", str(payload), "--placement", "p", code=2)
-    assert unknown.stderr == "error: no remote named 'nowhere'; see 'httk workflow remote list' and 'remote add'\n"
+    assert unknown.stderr == ("error: no remote named 'nowhere' (configured: here); see 'httk workflow remote list' "
+                              "and 'remote add'\n")
     cli("remote", "configure", "here", "--set", "httk_command=/nonexistent/httk")
     for args in (["job", "submit", f"here:{ws}", str(payload), "--placement", "p"],
                  ["job", "submit", "here:runs", str(payload), "--placement", "p"], ["job", "list", f"here:{ws}"]):

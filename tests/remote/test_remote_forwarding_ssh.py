@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
 from dependency_injector import providers
-from remote_support import ssh_transport, wait_until, write_payload
-from test_ssh import configure_kappa
+from remote_support import kappa_workspace, ssh_transport, wait_until, write_payload
 
 from httk.workflow.adapters.plugins import TRANSPORTS, EntryPointCatalog
 from httk.workflow.adapters.transport_ssh import SshTransport
@@ -47,18 +45,9 @@ def one_login(made: list[SshTransport]) -> None:
 @pytest.fixture
 def kappa_ws(cli, infra_httk, logins):
     """A workspace on kappa, registered there as ``runs-<hex>``; removed afterwards."""
-    infra = infra_httk
-    configure_kappa(cli, infra)
-    unique = uuid.uuid4().hex[:12]
-    base = f"{infra['CI_WORK_ROOT']}/f-{unique}"
-    name = f"runs-{unique}"
-    cli("workspace", "init", f"kappa:{base}/runs", "--name", name)
-    ssh = ssh_transport(infra)
-    logins.clear()
-    yield {"name": name, "path": f"{base}/runs", "ssh": ssh, "infra": infra}
-    ssh.run([infra["CI_HTTK_COMMAND"], "workflow", "workspace", "forget", name])
-    ssh.run(["rm", "-rf", "--", base])
-    ssh.close()
+    with kappa_workspace(cli, infra_httk, "f", "runs") as ws:
+        logins.clear()
+        yield ws
 
 
 def test_submit_list_run_and_collect_each_over_one_connection(cli, kappa_ws, logins, tmp_path, monkeypatch):

@@ -27,26 +27,6 @@ from httk.workflow.operations.remotes import (
 ADAPTER = ROOT / "adapters" / "adapter"
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("kappa:/scratch/runs", RemoteReference("kappa", "/scratch/runs")),
-        ("kappa:runs", RemoteReference("kappa", "runs")),
-        ("kappa:", RemoteReference("kappa", "")),
-        ("my-hpc.2:a:b", RemoteReference("my-hpc.2", "a:b")),
-        ("./kappa:runs", None),
-        ("/abs/kappa:runs", None),
-        ("dir/kappa:runs", None),
-        ("Kappa:runs", None),
-        ("runs", None),
-        ("", None),
-        (None, None),
-    ],
-)
-def test_a_remote_reference_is_recognized_from_its_text(text, expected):
-    assert split_reference(text) == expected
-
-
 FIRST_PARTY = {"local", "local-slurm", "local-pbs", "ssh-local", "ssh-slurm", "ssh-pbs"}
 
 
@@ -202,14 +182,21 @@ def test_manager_status_needs_a_remote_reference(cli, tmp_path):
         ("kappa:", RemoteReference("kappa", "")),
         ("kappa:/a:b", RemoteReference("kappa", "/a:b")),
         ("kappa:runs", RemoteReference("kappa", "runs")),
+        ("kappa:/scratch/runs", RemoteReference("kappa", "/scratch/runs")),
+        ("my-hpc.2:a:b", RemoteReference("my-hpc.2", "a:b")),
         ("kappa:a b\nc", RemoteReference("kappa", "a b\nc")),
         ("k.1-x_y:-rf", RemoteReference("k.1-x_y", "-rf")),
         ("Kappa:/x", None),
+        ("Kappa:runs", None),
         ("KAPPA:", None),
         ("./kappa:x", None),
+        ("./kappa:runs", None),
         ("/abs/kappa:x", None),
+        ("/abs/kappa:runs", None),
         ("rel/kappa:x", None),
+        ("dir/kappa:runs", None),
         ("kappa", None),
+        ("runs", None),
         (":x", None),
         ("-x:y", None),
         (".k:y", None),
@@ -241,7 +228,12 @@ def test_empty_path_reference_uses_the_remotes_default_workspace(cli: Cli) -> No
     cli("remote", "add", "here", "--template", "local")
     cli("remote", "configure", "here", "--set", f"httk_command={HTTK}")
     # Forwarded with this test's XDG homes (LocalTransport inherits the environment of the process).
-    assert cli.json("workspace", "status", "here:")["path"].endswith("/workspaces/default")
+    # A read-only command creates no default workspace there either, and its hint names it REMOTE:PATH.
+    default = cli.data_home / "httk-workflow" / "workspaces" / "default"
+    refused = cli("workspace", "status", "here:", code=2).stderr
+    assert f"'httk workflow workspace init here:{default}'" in refused and not default.exists()
+    cli("workspace", "init", str(default))
+    assert cli.json("workspace", "status", "here:")["path"] == str(default)
 
 
 # -- registry files -----------------------------------------------------------------------------

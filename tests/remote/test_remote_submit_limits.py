@@ -19,27 +19,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from remote_support import HTTK, ssh_transport, wait_until
-from test_ssh import configure_kappa
+from remote_support import kappa_workspace, local_remote, wait_local_managers
 
 
 # -- the local remote: the flag, the output, the refusal here ------------------------------------
 @pytest.fixture
 def here(cli, tmp_path):
     """A ``local`` remote named ``here`` whose httk is this venv's, with an empty workspace ``runs``."""
-    cli("remote", "add", "here", "--template", "local")
-    cli("remote", "configure", "here", "--set", f"httk_command={HTTK}", "--set", f"workspace_root={tmp_path}")
-    cli("workspace", "init", f"here:{tmp_path / 'runs'}", "--name", "runs")
-    return "here"
-
-
-def wait_finished(cli, job_ids: list[str]) -> None:
-    """Wait until every local manager exited (an empty workspace: they are idle at once)."""
-    def finished():
-        jobs = cli.json("manager", "status", "here:runs", *[word for i in job_ids for word in ("--job", i)])["jobs"]
-        return True if all(jobs[i]["finished"] for i in job_ids) else None
-
-    wait_until(finished, 120, f"local managers {job_ids} exiting")
+    return local_remote(cli, tmp_path, "runs")
 
 
 def test_managers_n_submits_n_and_says_why_all(cli, here, tmp_path):
@@ -47,12 +34,12 @@ def test_managers_n_submits_n_and_says_why_all(cli, here, tmp_path):
     path = re.escape(str(tmp_path / "runs"))
     ids = [re.fullmatch(rf"submitted local job ([\d.]+) on here: a manager for {path}", line)[1] for line in out[:2]]
     assert out[2:] == ["submitted 2 of 2 managers: no submit limit reported; local reports no submit limits"]
-    wait_finished(cli, ids)
+    wait_local_managers(cli, ids)
     report = cli.json("run", f"{here}:runs", "--managers", "1", "--idle-timeout", "30")
     assert (report["requested"], report["submitted"], report["batch"], report["remote"]) == (1, 1, "local", "here")
     assert report["workspace"] == str(tmp_path / "runs") and len(report["job_ids"]) == 1
     assert report["limits"]["notes"] == ["local reports no submit limits"]
-    wait_finished(cli, report["job_ids"])
+    wait_local_managers(cli, report["job_ids"])
     # --managers and --json shape the submission alone: a manager given them would refuse to start.
     for job_id in ids + report["job_ids"]:
         log = (tmp_path / "runs" / ".httk-workflow" / "batch" / f"local-{job_id.split('.')[0]}.out").read_text()
@@ -97,17 +84,8 @@ def partition(infra) -> Iterator[str]:
 
 @pytest.fixture
 def kappa_ws(cli, infra_httk) -> Iterator[dict[str, Any]]:
-    infra = infra_httk
-    configure_kappa(cli, infra)
-    unique = uuid.uuid4().hex[:12]
-    base = f"{infra['CI_WORK_ROOT']}/t-{unique}"
-    name = f"lim-{unique}"
-    cli("workspace", "init", f"kappa:{base}/runs", "--name", name)
-    ssh = ssh_transport(infra)
-    yield {"ref": f"kappa:{name}", "path": f"{base}/runs", "ssh": ssh, "infra": infra}
-    ssh.run([infra["CI_HTTK_COMMAND"], "workflow", "workspace", "forget", name])
-    ssh.run(["rm", "-rf", "--", base])
-    ssh.close()
+    with kappa_workspace(cli, infra_httk, "t", "lim") as ws:
+        yield ws
 
 
 def queued_on(ssh: Any, partition: str) -> list[str]:

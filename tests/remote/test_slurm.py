@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from remote_support import ssh_transport, wait_until, write_payload
-from test_ssh import configure_kappa
+from remote_support import kappa_workspace, wait_until, write_payload
 
 from httk.workflow.adapters.batch.slurm import SlurmBatchSystem
 
@@ -26,18 +24,9 @@ DEADLINE = 120.0
 @pytest.fixture
 def remote_workspace(cli, infra_httk):
     """An initialized workspace on kappa, registered there as ``runs-<hex>``; removed afterwards."""
-    infra = infra_httk
-    configure_kappa(cli, infra)
-    unique = uuid.uuid4().hex[:12]
-    base = f"{infra['CI_WORK_ROOT']}/t-{unique}"
-    name = f"runs-{unique}"
-    init = cli("workspace", "init", f"kappa:{base}/runs", "--name", name)
-    assert init.stdout == f"initialized workspace '{name}' at {base}/runs\n"
-    ssh = ssh_transport(infra)
-    yield {"name": name, "path": f"{base}/runs", "base": base, "ssh": ssh, "infra": infra}
-    ssh.run([infra["CI_HTTK_COMMAND"], "workflow", "workspace", "forget", name])
-    ssh.run(["rm", "-rf", "--", base])
-    ssh.close()
+    with kappa_workspace(cli, infra_httk, "t", "runs") as ws:
+        assert ws["initialized"] == f"initialized workspace '{ws['name']}' at {ws['path']}\n"
+        yield ws
 
 
 def submit_job(ws, tmp_path: Path) -> str:

@@ -6,7 +6,7 @@ import subprocess
 import uuid
 
 import pytest
-from remote_support import ssh_transport
+from remote_support import configure_kappa, ssh_transport
 
 from httk.workflow.ports import TransportError
 
@@ -63,17 +63,6 @@ def test_connection_failures_are_one_line_saying_what_to_fix(infra, tmp_path):
         ssh_transport(infra, port=1).run(["true"])
     with pytest.raises(TransportError, match=r"cannot read the key .*no-key \(No such file or directory\); check"):
         ssh_transport(infra, key_filename=str(tmp_path / "no-key")).run(["true"])
-
-
-def configure_kappa(cli, infra, *extra):
-    cli("remote", "add", "kappa", "--template", "ssh-slurm")
-    cli(
-        "remote", "configure", "kappa",
-        "--set", f"host={infra['CI_SSH_HOST']}", "--set", f"port={infra['CI_SSH_PORT']}",
-        "--set", f"username={infra['CI_SSH_USER']}", "--set", f"key_filename={infra['CI_SSH_KEY']}",
-        "--set", f"known_hosts={infra['CI_SSH_KNOWN_HOSTS']}", "--set", f"httk_command={infra['CI_HTTK_COMMAND']}",
-        "--set", f"workspace_root={infra['CI_WORK_ROOT']}", *extra,
-    )  # fmt: skip
 
 
 def test_remote_check_over_ssh(cli, infra_httk):

@@ -66,6 +66,20 @@ def test_describe_in_process_touches_nothing(capsys, monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_description_prints_the_description_and_returns_it(capsys, monkeypatch, tmp_path):
+    """Spec 002 row Runner.description: "Print this runner's own description and touch nothing else"."""
+    import io
+
+    run = make_runner(lambda a: a.succeed())
+    monkeypatch.chdir(tmp_path)
+    document = run.description()
+    assert capsys.readouterr().out == codec.dumps(document) + "\n"
+    assert document["steps"] == STEPS and document["workflow"] == "demo"
+    other = io.StringIO()
+    assert run.description(other) == document and other.getvalue() == codec.dumps(document) + "\n"
+    assert capsys.readouterr().out == "" and list(tmp_path.iterdir()) == []
+
+
 def test_main_outside_a_manager_names_the_missing_variable(capsys):
     run = make_runner(lambda a: a.succeed())
     assert run.main([]) == 2
@@ -174,15 +188,15 @@ def test_an_existing_outcome_ready_is_never_replaced(make_attempt):
     assert list(attempt.ready.iterdir()) == []
 
 
+def _sdk_failure(code: str, message: str) -> dict:
+    """The failure member of an outcome ``Runner.main`` publishes for a runner problem: no details, not retryable."""
+    return {"code": code, "message": message, "details": {}, "retryable": False}
+
+
 def test_unknown_step_fails_naming_the_registered_steps(make_attempt):
     attempt = make_attempt("colect")
     assert make_runner(lambda a: a.succeed()).main([]) == 0
-    failure = {
-        "code": "unknown_step",
-        "message": "step 'colect' is not implemented; registered steps: finish, start",
-        "details": {},
-        "retryable": False,
-    }
+    failure = _sdk_failure("unknown_step", "step 'colect' is not implemented; registered steps: finish, start")
     assert attempt.outcome() == attempt.expected("fail", STEPS, failure=failure)
 
 
@@ -195,12 +209,7 @@ def test_returning_without_an_outcome_fails_and_discards_the_draft(make_attempt)
         a.spawn(ChildSpec(step="finish"), label="orphan")
 
     assert make_runner(handler).main([]) == 0
-    failure = {
-        "code": "no_outcome",
-        "message": "step 'start' returned without publishing an outcome",
-        "details": {},
-        "retryable": False,
-    }
+    failure = _sdk_failure("no_outcome", "step 'start' returned without publishing an outcome")
     assert attempt.outcome() == attempt.expected("fail", STEPS, failure=failure)
     assert not (attempt.ready / "children").exists()
     assert attempt.drafts() == []
@@ -232,6 +241,60 @@ def test_a_raising_handler_leaves_error_json_and_no_outcome(make_attempt):
         "the structure is not a crystal",
     )
     assert "Traceback" in error["traceback"] and "ValueError" in error["traceback"]
+
+
+@pytest.mark.parametrize("code", [0, None, False])
+def test_sys_exit_0_in_a_handler_is_a_return_so_no_outcome(make_attempt, code):
+    """Spec 002: a handler that ends without publishing is no_outcome, as `exit 0` in a Bash handler is."""
+    import sys
+
+    from httk.workflow import ChildSpec
+
+    attempt = make_attempt("start")
+
+    def handler(a):
+        a.spawn(ChildSpec(step="finish"), label="orphan")
+        sys.exit(code)
+
+    assert make_runner(handler).main([]) == 0
+    failure = _sdk_failure("no_outcome", "step 'start' returned without publishing an outcome")
+    assert attempt.outcome() == attempt.expected("fail", STEPS, failure=failure)
+    assert not (attempt.control / "error.json").exists() and attempt.drafts() == []
+
+
+def test_sys_exit_0_after_publishing_keeps_the_outcome(make_attempt):
+    import sys
+
+    attempt = make_attempt("start")
+
+    def handler(a):
+        a.succeed()
+        sys.exit(0)
+
+    assert make_runner(handler).main([]) == 0
+    assert attempt.outcome() == attempt.expected("succeed", STEPS)
+
+
+@pytest.mark.parametrize(("code", "status"), [(7, 7), ("bad input", 1)])
+def test_a_nonzero_sys_exit_is_a_handler_exit_like_bash_exit_n(make_attempt, code, status):
+    """Bash `exit 7` leaves error.json with HandlerExit and exits 7; sys.exit(7) does the same."""
+    import sys
+
+    from httk.workflow import ChildSpec
+
+    attempt = make_attempt("start")
+
+    def handler(a):
+        a.spawn(ChildSpec(step="finish"), label="half")
+        sys.exit(code)
+
+    with pytest.raises(SystemExit) as exited:
+        make_runner(handler).main([])
+    assert exited.value.code == code
+    assert not attempt.ready.exists() and attempt.drafts() == []
+    error = json.loads((attempt.control / "error.json").read_bytes())
+    assert (error["step"], error["exception"]) == ("start", "HandlerExit")
+    assert error["message"] == f"the handler exited with status {status} (sys.exit({code!r}))"
 
 
 # --------------------------------------------------------------------------- step checks and joins

@@ -193,13 +193,7 @@ def test_run_log_lines(make_attempt):
 
 def test_initialize_reads_an_explicit_environment(make_attempt, monkeypatch):
     attempt = make_attempt("start")
-    environ = {
-        "HTTK_WORKFLOW_CONTEXT": str(attempt.control / "context.json"),
-        "HTTK_WORKFLOW_CONTROL_DIR": str(attempt.control),
-        "HTTK_WORKFLOW_JOB_DIR": str(attempt.payload),
-        "HTTK_WORKFLOW_WORKDIR": str(attempt.workdir),
-        "HTTK_WORKFLOW_WORKSPACE_DIR": str(attempt.workspace),
-    }
+    environ = attempt.path_env()
     monkeypatch.delenv("HTTK_WORKFLOW_WORKDIR")
     assert Attempt.initialize(environ=environ).workdir == attempt.workdir
     with pytest.raises(RuntimeError, match="HTTK_WORKFLOW_WORKDIR is not set"):

@@ -140,7 +140,7 @@ def test_runner_main_says_an_unreadable_context_in_one_line_and_publishes_nothin
     before = sorted(path.name for path in fake.control.iterdir())
     run = Runner("demo")
     run.step("start")(lambda a: a.succeed())
-    assert run.main([]) == 1
+    assert run.main([]) == 2  # spec 002: a corrupt attempt context is a refusal, status 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: this attempt cannot start: ") and "context.json" in err
     assert sorted(path.name for path in fake.control.iterdir()) == before  # no outcome, no draft

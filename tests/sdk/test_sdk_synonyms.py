@@ -1,4 +1,7 @@
-"""The httk-workflow 2.1 spellings, also accepted: one implementation each (issue 18; docs/sdks/sdk_parity.md)."""
+"""The httk-workflow 2.1 keyword ``parameters=`` of JobSpec and ChildSpec, still accepted for ``inputs=``.
+
+``Attempt.parameter``/``parameters`` are gone: the parity table (spec 002) has no row for them.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +10,10 @@ import pytest
 from httk.workflow import Attempt, ChildSpec, JobSpec, Runner, prepare_job_payload
 
 
-def test_parameter_and_parameters_are_input_and_inputs(make_attempt, workspace_spec):
-    make_attempt("start", spec=workspace_spec(inputs={"site": [1, 2], "none": None}))
-    a = Attempt.initialize()
-    # The same members, not copies: a fix to one is a fix to both.
-    assert Attempt.parameter is Attempt.input and Attempt.parameters is Attempt.inputs
-    assert a.parameters == a.inputs == {"site": [1, 2], "none": None}
-    assert a.parameter("site") == [1, 2]
-    assert a.parameter("none", 5) is None and a.parameter("absent", 5) == 5
-    with pytest.raises(KeyError, match="none, site"):
-        a.parameter("absent")
+def test_attempt_has_no_2_1_aliases_of_input_and_inputs():
+    # Spec 002: a public member of Attempt without a row of the parity table fails the build; the table
+    # has no row for the 2.1 spellings, so they are not members (a runner says input/inputs).
+    assert not hasattr(Attempt, "parameter") and not hasattr(Attempt, "parameters")
 
 
 def test_jobspec_parameters_writes_the_bytes_of_inputs(tmp_path):

@@ -91,8 +91,7 @@ def after(a):
 def test_children_are_typed_after_a_gather_and_empty_after_advance(harness) -> None:
     ref = harness.publish(GATHER_AND_READ)
     parent = harness.submit(ref, step="start", placement="proj/parent")
-    assert harness.run() == 0
-    assert harness.show(parent)["kind"] == "succeeded", harness.describe(parent)
+    harness.finish(parent, "succeeded")
     good, bad = harness.child(parent, "good"), harness.child(parent, "bad")
     assert good["kind"] == "succeeded" and bad["kind"] == "failed"
     report = harness.report(parent, 1)
@@ -320,8 +319,7 @@ def test_spawn_with_runner_ref_workspace_and_a_prepared_payload(harness) -> None
         placement="proj/parent",
         inputs={"other_path": other["path"], "other_sha256": other["sha256"]},
     )
-    assert harness.run() == 0
-    assert harness.show(parent)["kind"] == "succeeded", harness.describe(parent)
+    harness.finish(parent, "succeeded")
     shared = harness.child(parent, "shared")
     assert shared["kind"] == "succeeded", harness.describe(shared["job_id"])
     assert shared["runner"] == {"source": "workspace", "path": other["path"], "sha256": other["sha256"]}
@@ -464,8 +462,7 @@ def test_gather_defaults_to_all_succeeded(harness) -> None:
         """
     )
     parent = harness.submit(ref, step="start")
-    assert harness.run() == 0
-    assert harness.show(parent)["kind"] == "succeeded", harness.describe(parent)
+    harness.finish(parent, "succeeded")
     outcome = json.loads((harness.attempts(parent)[0] / "outcome.ready" / "outcome.json").read_text(encoding="utf-8"))
     assert outcome["join"]["when"] == "all_succeeded" and outcome["join"]["children"] == ["only"]
 
@@ -506,7 +503,10 @@ def test_a_join_satisfied_early_still_starts_the_next_step(harness) -> None:
     parent = harness.submit(ref, step="start", maximum_attempts_per_activation=1)
     assert harness.run(workers=3) == 0
     assert harness.show(parent)["kind"] == "succeeded", harness.describe(parent)
-    assert harness.report(parent, 1)["fast"] == "succeeded"
+    report = harness.report(parent, 1)
+    assert report["fast"] == "succeeded"
+    # Still going when the next step starts: its state kind (spec 002 ChildResult "its state"), not "active".
+    assert report["slow"] in ("ready", "claimed", "running"), report
 
 
 INSTALLED = """
@@ -569,8 +569,7 @@ def done(a):
 def test_an_unresolvable_child_fails_the_join_after_its_grace(harness) -> None:
     ref = harness.publish(UNRESOLVABLE)
     parent = harness.submit(ref, step="start")
-    assert harness.run() == 0
-    assert harness.show(parent)["kind"] == "waiting", harness.describe(parent)
+    harness.finish(parent, "waiting")
     lost = harness.child(parent, "lost")
     assert lost["kind"] == "ready"
     shutil.rmtree(harness.payload(lost["job_id"]))

@@ -56,8 +56,7 @@ def second(a):
 def test_put_and_remove_are_applied_exactly_once_in_op_order(harness) -> None:
     ref = harness.publish(TRANSACTIONAL)
     job = harness.submit(ref, data_mode="transactional")
-    assert harness.run() == 0
-    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    harness.finish(job, "succeeded")
     first, second = harness.attempts(job)
     data = harness.data(job)
     report = harness.report(job, 0)
@@ -114,8 +113,7 @@ def collect(a):
 def test_a_gathered_transactional_child_exposes_its_data(harness) -> None:
     ref = harness.publish(CHILD_DATA)
     parent = harness.submit(ref, step="start", data_mode="transactional")
-    assert harness.run() == 0
-    assert harness.show(parent)["kind"] == "succeeded", harness.describe(parent)
+    harness.finish(parent, "succeeded")
     child = harness.child(parent, "worker")
     assert child["data_mode"] == "transactional"  # inherited
     assert harness.report(parent, 1) == {"data": str(harness.data(child["job_id"])), "text": "from the child"}
@@ -176,9 +174,7 @@ def main(a):
 def test_a_sealed_workdir_batch_is_replayed_after_an_interrupted_attempt(harness) -> None:
     ref = harness.publish(WORKDIR_BATCH)
     job = harness.submit(ref, files={"old.txt": "old", "gone.txt": "gone", "kept.txt": "kept"})
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "succeeded", harness.describe(job)
+    show = harness.finish(job, "succeeded")
     assert show["total_attempts"] == 2 and show["unclean_exits"] == 1
     first, second = harness.attempts(job)
     assert not (first / "outcome.ready").exists()

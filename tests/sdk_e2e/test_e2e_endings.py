@@ -31,9 +31,7 @@ def main(a):
 def test_retry_until_the_attempt_budget_then_attempts_exhausted(harness) -> None:
     ref = harness.publish(ALWAYS_RETRY)
     job = harness.submit(ref, maximum_attempts_per_activation=3)
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "failed", harness.describe(job)
+    show = harness.finish(job, "failed")
     assert show["failure"]["code"] == "attempts_exhausted"
     assert "maximum_attempts_per_activation" in show["failure"]["message"]
     assert show["total_attempts"] == 3 and show["attempt_ordinal"] == 3
@@ -66,9 +64,7 @@ def main(a):
 def test_a_retryable_failure_is_retried_and_can_succeed(harness) -> None:
     ref = harness.publish(FLAKY)
     job = harness.submit(ref, inputs={"failures": 1, "code": "flaky", "retryable": True})
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "succeeded", harness.describe(job)
+    show = harness.finish(job, "succeeded")
     assert show["total_attempts"] == 2 and show["failure"] is None
     first = outcome_of(harness.attempts(job)[0])
     assert first["action"] == "fail"
@@ -141,9 +137,7 @@ def main(a):
 def test_a_runner_killed_mid_attempt_is_retried_and_succeeds(harness) -> None:
     ref = harness.publish(SIGKILL_FIRST)
     job = harness.submit(ref)
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "succeeded", harness.describe(job)
+    show = harness.finish(job, "succeeded")
     assert show["total_attempts"] == 2 and show["unclean_exits"] == 1
     first, second = harness.attempts(job)
     assert not (first / "outcome.ready").exists() and not (first / "error.json").exists()
@@ -196,9 +190,7 @@ def main(a):
 def test_a_second_outcome_is_refused_and_the_first_is_committed(harness, reraise: bool) -> None:
     ref = harness.publish(PUBLISH_TWICE)
     job = harness.submit(ref, inputs={"reraise": reraise})
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "succeeded", harness.describe(job)
+    show = harness.finish(job, "succeeded")
     assert show["total_attempts"] == 1
     [control] = harness.attempts(job)
     assert outcome_of(control)["action"] == "succeed"
@@ -230,9 +222,7 @@ def main(a):
 def test_a_raising_step_spawns_nothing_and_leaves_error_json(harness) -> None:
     ref = harness.publish(RAISE_AFTER_SPAWN)
     job = harness.submit(ref, maximum_attempts_per_activation=1, placement="proj/raise")
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "failed", harness.describe(job)
+    show = harness.finish(job, "failed")
     failure = show["failure"]
     assert failure["code"] == "runner_error" and failure["retryable"] is True
     assert "ValueError" in failure["message"] and "the step broke after spawning" in failure["message"]
@@ -279,9 +269,7 @@ def main(a):
 def test_a_step_that_returns_without_publishing_fails_no_outcome(harness) -> None:
     ref = harness.publish(NO_OUTCOME)
     job = harness.submit(ref)
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "failed", harness.describe(job)
+    show = harness.finish(job, "failed")
     assert show["failure"]["code"] == "no_outcome" and "'main' returned without publishing" in show["failure"][
         "message"
     ]
@@ -298,23 +286,14 @@ run = Runner("e2e")
 @run.step
 def main(a):
     # Bypass a.advance (which would refuse the name) and publish a raw outcome naming an unknown step.
-    draft = a.control / "outcome.tmp.raw"
-    draft.mkdir()
-    outcome = {
-        "format": "httk-workflow-outcome", "format_version": 1, "action": "advance", "next_step": "nope",
-        "priority": None, "attempt_id": a.context.attempt_id, "step": a.step, "runner_steps": ["main"],
-    }
-    (draft / "outcome.json").write_text(json.dumps(outcome), encoding="utf-8")
-    os.rename(draft, a.control / "outcome.ready")
+    publish_raw(a, action="advance", next_step="nope", priority=None, runner_steps=["main"])
 """
 
 
 def test_an_unknown_step_is_reported_by_the_sdk_on_the_next_attempt(harness) -> None:
     ref = harness.publish(RAW_UNKNOWN_STEP)
     job = harness.submit(ref)
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "failed", harness.describe(job)
+    show = harness.finish(job, "failed")
     assert show["step"] == "nope"
     assert show["failure"]["code"] == "unknown_step"
     assert "'nope' is not implemented" in show["failure"]["message"]
@@ -337,9 +316,7 @@ def test_pause_stops_the_job_with_its_reason(harness) -> None:
         """
     )
     job = harness.submit(ref)
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "paused", harness.describe(job)
+    show = harness.finish(job, "paused")
     assert show["reason"] == "waiting for an operator to check the structure"
     assert outcome_of(harness.attempts(job)[0])["action"] == "pause"
 
@@ -383,9 +360,7 @@ def test_a_tampered_runner_object_fails_runner_mismatch(harness) -> None:
     [runner_file] = list(stored.iterdir())
     runner_file.chmod(0o644)
     runner_file.write_text(runner_file.read_text(encoding="utf-8") + "# tampered\n", encoding="utf-8")
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "failed", harness.describe(job)
+    show = harness.finish(job, "failed")
     assert show["failure"]["code"] == "runner_mismatch"
     assert show["failure"]["details"]["expected"] == ref["sha256"]
     assert show["failure"]["details"]["actual"] != ref["sha256"]
@@ -415,14 +390,7 @@ run = Runner("e2e")
 
 @run.step
 def main(a):
-    draft = a.control / "outcome.tmp.raw"
-    draft.mkdir()
-    outcome = {
-        "format": "httk-workflow-outcome", "format_version": 1, "action": "fail",
-        "failure": {"message": "a failure without a code"}, "attempt_id": a.context.attempt_id, "step": a.step,
-    }
-    (draft / "outcome.json").write_text(json.dumps(outcome), encoding="utf-8")
-    os.rename(draft, a.control / "outcome.ready")
+    publish_raw(a, action="fail", failure={"message": "a failure without a code"})
 """
 
 SILENT_EXIT = """
@@ -440,8 +408,6 @@ sys.exit(0)  # a program that never binds its attempt and publishes nothing
 def test_protocol_errors_fail_the_job_without_retrying(harness, body: str, message: str) -> None:
     ref = harness.publish(body, sdk_main="Runner(" in body)
     job = harness.submit(ref)
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "failed", harness.describe(job)
+    show = harness.finish(job, "failed")
     assert show["failure"]["code"] == "protocol_error" and message in show["failure"]["message"]
     assert show["total_attempts"] == 1

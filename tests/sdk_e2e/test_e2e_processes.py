@@ -63,8 +63,7 @@ def _refused(a):
 def test_run_timeout_terminates_the_whole_process_group(harness) -> None:
     ref = harness.publish(RUN_TIMEOUT)
     job = harness.submit(ref)
-    assert harness.run() == 0
-    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    harness.finish(job, "succeeded")
     report = harness.report(job)
     assert report["timed_out"] is True and report["returncode"] != 0
     assert report["argv"][0] == "sh"
@@ -140,9 +139,7 @@ def main(a):
 def test_process_supervisor_with_a_checker_writes_process_report(harness) -> None:
     ref = harness.publish(SUPERVISED.format(checker=CHECKER))
     job = harness.submit(ref, maximum_attempts_per_activation=1)
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "failed", harness.describe(job)
+    show = harness.finish(job, "failed")
     assert show["failure"] == {
         "code": "checker_stopped",
         "message": "fatal error in output",
@@ -207,8 +204,7 @@ def test_runtime_utils_from_a_runner(harness) -> None:
             "vasprun.xml": "<xml/>\n",
         },
     )
-    assert harness.run() == 0
-    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    harness.finish(job, "succeeded")
     report = harness.report(job)
     assert report["value"] == 528  # ceil(520.0) + 8
     assert report["refused"]

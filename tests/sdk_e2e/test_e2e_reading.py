@@ -74,9 +74,7 @@ def test_context_paths_inputs_and_environment(harness) -> None:
     job = harness.submit(
         ref, inputs={"encut": 520, "supercell": [2, 2, 2]}, files={"POSCAR": "Si\n"}, placement="proj/read"
     )
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "succeeded", harness.describe(job)
+    show = harness.finish(job, "succeeded")
     report = harness.report(job)
     control = harness.attempts(job)[0]
     assert report["step"] == report["context_step"] == "main"
@@ -149,8 +147,7 @@ def test_setting_layers_inputs_env_workspace_default(harness, monkeypatch: pytes
     monkeypatch.setenv("HTTK_E2E_JSON_ENV", "[1, 2]")
     ref = harness.publish(SETTINGS)
     job = harness.submit(ref, inputs={"e2e.layer": "input"})
-    assert harness.run() == 0
-    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    harness.finish(job, "succeeded")
     report = harness.report(job)
     settings = report["settings"]
     assert settings["e2e.layer"] == report["input_beats_default"] == "input"  # inputs beat every other layer
@@ -236,8 +233,7 @@ def second(a):
 def test_state_survives_retry_advance_and_isolated_workdirs(harness) -> None:
     ref = harness.publish(STATE)
     job = harness.submit(ref, workdir_mode="isolated")
-    assert harness.run() == 0
-    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    harness.finish(job, "succeeded")
     first, second, third = harness.attempts(job)
     report = harness.report(job)
     assert report["before"] == {
@@ -303,8 +299,7 @@ def test_declare_and_declaration_read_observed_then_declared(harness) -> None:
     payload = harness.prepare(ref, declarations={"workflow": declared}, files={"POSCAR": "Si\n"})
     digest_before = tree_digest(payload)
     job = harness.ws.submit(payload, "proj/decl")
-    assert harness.run() == 0
-    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    harness.finish(job, "succeeded")
     first = harness.report(job, 0)
     assert first["declared"] == declared
     assert first["observed"] == {**declared, "outputs": {"structures": 1}}
@@ -354,8 +349,7 @@ def second(a):
 def test_runlog_note_headline_and_files_events(harness) -> None:
     ref = harness.publish(RUNLOG)
     job = harness.submit(ref)
-    assert harness.run() == 0
-    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    harness.finish(job, "succeeded")
     first_control, second_control = harness.attempts(job)
     path = harness.workdir(job) / ".httk-runner" / "runlog.jsonl"
     assert harness.report(job, 0)["path"] == str(path)
@@ -416,9 +410,7 @@ except ValueError as error:
 def test_runner_steps_in_the_state_frame_and_runner_steps_json(harness) -> None:
     ref = harness.publish(STEPS)
     job = harness.submit(ref)
-    assert harness.run() == 0
-    show = harness.show(job)
-    assert show["kind"] == "succeeded", harness.describe(job)
+    show = harness.finish(job, "succeeded")
     assert show["runner_steps"] == ["collect-results", "main"]
     report = harness.report(job, 0)
     assert report["steps"] == ["collect-results", "main"] and report["workflow"] == "e2e"
@@ -479,6 +471,5 @@ def test_a_describe_request_in_the_manager_environment_does_not_reach_attempts(
     monkeypatch.setenv("HTTK_WORKFLOW_DESCRIBE", "1")
     ref = harness.publish(READ_EVERYTHING)
     job = harness.submit(ref, inputs={"encut": 1})
-    assert harness.run() == 0
-    assert harness.show(job)["kind"] == "succeeded", harness.describe(job)
+    harness.finish(job, "succeeded")
     assert "HTTK_WORKFLOW_DESCRIBE" not in harness.report(job)["env"]

@@ -12,6 +12,7 @@ import pytest
 
 from httk.workflow import codec, supervision
 from httk.workflow.supervision import ProcessSupervisor
+from runner_support import pid_alive
 
 PY = sys.executable
 
@@ -56,13 +57,19 @@ def checker(tmp_path: Path):
     return argv
 
 
-def gone(pid: int) -> bool:
-    """No such process, or only a zombie (which PID 1 may not reap in a container)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return True
-    return raw[raw.rfind(b")") + 2 :].split()[0] in (b"Z", b"X")
+def gone(pid_file: Path) -> bool:
+    """The process whose pid ``pid_file`` holds is gone, or only a zombie (which PID 1 may not reap here)."""
+    return not pid_alive(int(pid_file.read_text()))
+
+
+def run_group_past_timeout(tmp_path: Path, shell_prefix: str, *, timeout: float, kill_grace: float):
+    """Supervise a shell that starts a grandchild (pid in ``grandchild.pid``) and outlives ``timeout``."""
+    return ProcessSupervisor(
+        ["sh", "-c", f"{shell_prefix}sleep 30 & echo $! > grandchild.pid; sleep 30"],
+        cwd=tmp_path,
+        timeout=timeout,
+        kill_grace=kill_grace,
+    ).run()
 
 
 def events(tmp_path: Path) -> list[dict]:
@@ -112,12 +119,7 @@ def test_nonzero_exit_is_class_22(tmp_path):
 
 def test_timeout_terminates_the_whole_group(tmp_path):
     started = time.monotonic()
-    result = ProcessSupervisor(
-        ["sh", "-c", "sleep 30 & echo $! > grandchild.pid; sleep 30"],
-        cwd=tmp_path,
-        timeout=0.5,
-        kill_grace=1.0,
-    ).run()
+    result = run_group_past_timeout(tmp_path, "", timeout=0.5, kill_grace=1.0)
     assert time.monotonic() - started < 5
     assert (result.status, result.exit_class, result.stopped_by, result.timed_out) == (
         "timeout",
@@ -126,22 +128,17 @@ def test_timeout_terminates_the_whole_group(tmp_path):
         True,
     )
     assert result.returncode is not None and result.returncode < 0
-    assert gone(int((tmp_path / "grandchild.pid").read_text()))
+    assert gone(tmp_path / "grandchild.pid")
     assert result.report["stop"]["by"] == "timeout"
 
 
 def test_a_group_ignoring_sigterm_is_killed_after_the_grace(tmp_path):
     started = time.monotonic()
-    result = ProcessSupervisor(
-        ["sh", "-c", "trap '' TERM; sleep 30 & echo $! > grandchild.pid; sleep 30"],
-        cwd=tmp_path,
-        timeout=0.3,
-        kill_grace=0.5,
-    ).run()
+    result = run_group_past_timeout(tmp_path, "trap '' TERM; ", timeout=0.3, kill_grace=0.5)
     elapsed = time.monotonic() - started
     assert result.exit_class == 124
     assert 0.8 <= elapsed < 5
-    assert gone(int((tmp_path / "grandchild.pid").read_text()))
+    assert gone(tmp_path / "grandchild.pid")
 
 
 def test_processes_left_behind_by_a_successful_program_are_terminated(tmp_path):
@@ -150,7 +147,7 @@ def test_processes_left_behind_by_a_successful_program_are_terminated(tmp_path):
     ).run()
     assert (result.status, result.exit_class) == ("succeeded", 0)
     assert result.report["stray_processes_terminated"] is True
-    assert gone(int((tmp_path / "stray.pid").read_text()))
+    assert gone(tmp_path / "stray.pid")
 
 
 def test_inactivity_stops_a_silent_program(tmp_path):
@@ -328,4 +325,4 @@ def test_a_stuck_checker_is_an_error_and_is_killed(tmp_path, monkeypatch):
     assert time.monotonic() - started < 5
     assert (result.status, result.exit_class, result.stopped_by) == ("stopped", 125, "checker:sh")
     assert "did not finish" in result.report["errors"][0]["message"]
-    assert gone(int((tmp_path / "checker.pid").read_text()))
+    assert gone(tmp_path / "checker.pid")

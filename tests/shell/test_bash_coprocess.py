@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from shell_support import TIMEOUT, bash_env
 
 COPROCESS = "--serve"
@@ -44,6 +45,17 @@ class Counted:
 
     def reset(self) -> None:
         self.log.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def counted(tmp_path: Path) -> Counted:
+    """The test's counting ``HTTK_WORKFLOW_PYTHON`` (its start log is empty)."""
+    return Counted(tmp_path)
+
+
+def step_start(*lines: str) -> str:
+    """A ``step_start`` handler running ``lines`` (one command each), then ``httk_workflow_succeed``."""
+    return "step_start() {\n" + "".join(f"    {line}\n" for line in (*lines, "httk_workflow_succeed")) + "}"
 
 
 def run_runner(runners, counted: Counted, body: str, *, coprocess: bool = True, **kwargs):
@@ -73,17 +85,13 @@ def gone(pid: int) -> bool:
     return False
 
 
-def test_one_interpreter_answers_every_call_of_an_attempt(make_attempt, runners, tmp_path):
+def test_one_interpreter_answers_every_call_of_an_attempt(make_attempt, runners, counted):
     attempt = make_attempt("start")
-    counted = Counted(tmp_path)
-    body = (
-        "step_start() {\n"
-        "    httk_workflow_state_set k '{\"a\": 1}'\n"
-        "    value=$(httk_workflow_state_get k)\n"
-        '    echo "value=$value step=$(httk_workflow_context step)"\n'
-        "    httk_workflow_runlog_note noted\n"
-        "    httk_workflow_succeed\n"
-        "}"
+    body = step_start(
+        "httk_workflow_state_set k '{\"a\": 1}'",
+        "value=$(httk_workflow_state_get k)",
+        'echo "value=$value step=$(httk_workflow_context step)"',
+        "httk_workflow_runlog_note noted",
     )
     result = run_runner(runners, counted, body)
     assert result.returncode == 0, result.stderr
@@ -154,10 +162,9 @@ def test_a_call_behaves_as_its_own_process_would(make_attempt, runners, tmp_path
     assert nul == b"a\x00b\n"
 
 
-def test_a_failing_call_under_errexit_still_names_the_callers_line(make_attempt, runners, tmp_path):
+def test_a_failing_call_under_errexit_still_names_the_callers_line(make_attempt, runners, counted):
     attempt = make_attempt("start")
-    counted = Counted(tmp_path)
-    body = "step_start() {\n    value=$(httk_workflow_input missing)\n    httk_workflow_succeed\n}"
+    body = step_start("value=$(httk_workflow_input missing)")
     result = run_runner(runners, counted, body)
     assert result.returncode == 1
     error = json.loads((attempt.control / "error.json").read_bytes())
@@ -166,27 +173,23 @@ def test_a_failing_call_under_errexit_still_names_the_callers_line(make_attempt,
     assert len(counted.starts()) == 1  # the error breadcrumb went through the co-process too
 
     attempt = make_attempt("start")
-    body = "step_start() {\n    httk_workflow_state_set k nope\n    httk_workflow_succeed\n}"
+    body = step_start("httk_workflow_state_set k nope")
     result = run_runner(runners, counted, body)
     assert result.returncode == 2 and "httk_workflow_state_set" in result.stderr
     error = json.loads((attempt.control / "error.json").read_bytes())
     assert (error["line"], error["command"]) == (4, "httk_workflow_state_set k nope")
 
 
-def test_concurrent_calls_each_get_their_own_answer(make_attempt, runners, tmp_path):
+def test_concurrent_calls_each_get_their_own_answer(make_attempt, runners, counted):
     """Background jobs and pipelines call at once: one holds the token, the others run one-shot."""
     from attempt_support import workspace_spec
 
     attempt = make_attempt("start", spec=workspace_spec(inputs={f"k{i}": f"value-{i}" for i in range(8)}))
-    counted = Counted(tmp_path)
-    body = (
-        "step_start() {\n"
-        "    local i\n"
-        '    for i in 0 1 2 3 4 5 6 7; do httk_workflow_input "k$i" > "out$i" & done\n'
-        "    wait\n"
-        "    httk_workflow_input k1 | { httk_workflow_input k2; cat; } > piped\n"
-        "    httk_workflow_succeed\n"
-        "}"
+    body = step_start(
+        "local i",
+        'for i in 0 1 2 3 4 5 6 7; do httk_workflow_input "k$i" > "out$i" & done',
+        "wait",
+        "httk_workflow_input k1 | { httk_workflow_input k2; cat; } > piped",
     )
     result = run_runner(runners, counted, body)
     assert result.returncode == 0, result.stderr
@@ -197,20 +200,18 @@ def test_concurrent_calls_each_get_their_own_answer(make_attempt, runners, tmp_p
     assert len(counted.server_pids()) == 1
 
 
-def test_the_handlers_own_jobs_and_wait_do_not_see_the_coprocess(make_attempt, runners, tmp_path):
+def test_the_handlers_own_jobs_and_wait_do_not_see_the_coprocess(make_attempt, runners, counted):
     attempt = make_attempt("start")
-    counted = Counted(tmp_path)
-    body = "step_start() {\n    sleep 0.1 &\n    wait\n    jobs\n    httk_workflow_succeed\n}"
+    body = step_start("sleep 0.1 &", "wait", "jobs")
     result = run_runner(runners, counted, body)
     assert result.returncode == 0 and result.stdout == "", result.stderr
     assert attempt.outcome()["action"] == "succeed"
 
 
-def test_a_program_left_running_does_not_keep_the_coprocess(make_attempt, runners, tmp_path):
+def test_a_program_left_running_does_not_keep_the_coprocess(make_attempt, runners, counted):
     """The library's descriptors are close-on-exec: a leftover program holds no end of the channel."""
     make_attempt("start")
-    counted = Counted(tmp_path)
-    body = "step_start() {\n    sleep 30 >/dev/null 2>&1 &\n    echo $! > sleeper\n    httk_workflow_succeed\n}"
+    body = step_start("sleep 30 >/dev/null 2>&1 &", "echo $! > sleeper")
     result = run_runner(runners, counted, body)
     assert result.returncode == 0, result.stderr
     sleeper = int((Path(os.environ["HTTK_WORKFLOW_WORKDIR"]) / "sleeper").read_text())
@@ -221,9 +222,8 @@ def test_a_program_left_running_does_not_keep_the_coprocess(make_attempt, runner
         os.kill(sleeper, signal.SIGKILL)
 
 
-def test_a_runner_killed_mid_step_leaves_no_coprocess(make_attempt, runners, tmp_path):
+def test_a_runner_killed_mid_step_leaves_no_coprocess(make_attempt, runners, counted):
     attempt = make_attempt("start")
-    counted = Counted(tmp_path)
     script = runners.directory / "killed.sh"
     script.write_text(
         'source "$HTTK_WORKFLOW_SHELL_LIB"\nhttk_workflow_runner demo start\n'
@@ -254,10 +254,9 @@ def test_a_runner_killed_mid_step_leaves_no_coprocess(make_attempt, runners, tmp
             assert gone(server)
 
 
-def test_without_a_coprocess_every_call_starts_an_interpreter(make_attempt, runners, tmp_path):
+def test_without_a_coprocess_every_call_starts_an_interpreter(make_attempt, runners, counted):
     """``HTTK_WORKFLOW_SHELL_COPROCESS=0`` and a library used outside httk_workflow_main are one-shot."""
     attempt = make_attempt("start")
-    counted = Counted(tmp_path)
     result = run_runner(runners, counted, "step_start() { httk_workflow_succeed; }", coprocess=False)
     assert result.returncode == 0 and attempt.outcome()["action"] == "succeed"
     assert [args for _pid, args in counted.starts()] == [
@@ -279,17 +278,13 @@ def test_without_a_coprocess_every_call_starts_an_interpreter(make_attempt, runn
     ]
 
 
-def test_a_coprocess_that_dies_makes_the_next_calls_one_shot(make_attempt, runners, tmp_path):
+def test_a_coprocess_that_dies_makes_the_next_calls_one_shot(make_attempt, runners, counted):
     attempt = make_attempt("start")
-    counted = Counted(tmp_path)
-    body = (
-        "step_start() {\n"
-        "    httk_workflow_state_set before 1\n"
-        '    kill -9 "$_HTTK_SERVE_PID"\n'
-        '    while kill -0 "$_HTTK_SERVE_PID" 2>/dev/null; do sleep 0.05; done\n'
-        "    httk_workflow_state_set after 2\n"
-        "    httk_workflow_succeed\n"
-        "}"
+    body = step_start(
+        "httk_workflow_state_set before 1",
+        'kill -9 "$_HTTK_SERVE_PID"',
+        'while kill -0 "$_HTTK_SERVE_PID" 2>/dev/null; do sleep 0.05; done',
+        "httk_workflow_state_set after 2",
     )
     result = run_runner(runners, counted, body)
     assert result.returncode == 0, result.stderr
@@ -298,19 +293,16 @@ def test_a_coprocess_that_dies_makes_the_next_calls_one_shot(make_attempt, runne
     assert [args.split()[-1] for _pid, args in counted.starts()] == ["--serve", "2", "succeed"]
 
 
-def test_a_call_right_after_the_coprocess_died_is_not_killed_by_sigpipe(make_attempt, runners, tmp_path):
+def test_a_call_right_after_the_coprocess_died_is_not_killed_by_sigpipe(make_attempt, runners, counted):
     """Runners start with SIGPIPE at its default: a write to a co-process that is gone but not yet reaped
     (``kill -0`` still answers) must fail the call with status 2, not kill the runner."""
     attempt = make_attempt("start")
-    body = (
-        "step_start() {\n"
-        "    httk_workflow_state_set before 1\n"
-        '    kill -9 "$_HTTK_SERVE_PID"\n'
-        "    httk_workflow_state_set after 2 || echo \"call status $?\" >&2\n"
-        "    httk_workflow_succeed\n"
-        "}"
+    body = step_start(
+        "httk_workflow_state_set before 1",
+        'kill -9 "$_HTTK_SERVE_PID"',
+        'httk_workflow_state_set after 2 || echo "call status $?" >&2',
     )
-    result = run_runner(runners, Counted(tmp_path), body)
+    result = run_runner(runners, counted, body)
     assert result.returncode == 0, result.stderr
     assert attempt.outcome()["action"] == "succeed"
 
@@ -321,23 +313,16 @@ def test_the_state_file_modes_match(make_attempt, runners, tmp_path):
     for coprocess in (True, False):
         attempt = make_attempt("start")
         counted = Counted(tmp_path)
-        body = "step_start() {\n    umask 027\n    httk_workflow_state_set k 1\n    httk_workflow_succeed\n}"
+        body = step_start("umask 027", "httk_workflow_state_set k 1")
         assert run_runner(runners, counted, body, coprocess=coprocess).returncode == 0
         modes.append(stat.S_IMODE((attempt.payload / ".httk-job" / "state.json").stat().st_mode))
     assert modes == [0o640, 0o640]
 
 
-def test_a_call_that_changes_the_interpreters_settings_runs_one_shot(make_attempt, runners, tmp_path):
+def test_a_call_that_changes_the_interpreters_settings_runs_one_shot(make_attempt, runners, counted):
     """PYTHON*, LC_* and LANG are read when an interpreter starts: such a call gets an interpreter of its own."""
     attempt = make_attempt("start")
-    counted = Counted(tmp_path)
-    body = (
-        "step_start() {\n"
-        "    httk_workflow_state_set a 1\n"
-        "    PYTHONIOENCODING=latin-1 httk_workflow_state_set b 2\n"
-        "    httk_workflow_succeed\n"
-        "}"
-    )
+    body = step_start("httk_workflow_state_set a 1", "PYTHONIOENCODING=latin-1 httk_workflow_state_set b 2")
     # Without LANG/LC_ALL Python coerces its own locale (PEP 538): that alone must not turn the co-process off.
     env = {"LANG": "", "LC_ALL": "", "LC_CTYPE": ""}
     result = run_runner(runners, counted, body, env=env)
@@ -346,11 +331,10 @@ def test_a_call_that_changes_the_interpreters_settings_runs_one_shot(make_attemp
     assert [args.split()[-1] for _pid, args in counted.starts()] == ["--serve", "2"]
 
 
-def test_a_traced_handler_does_not_print_the_environment(make_attempt, runners, tmp_path):
+def test_a_traced_handler_does_not_print_the_environment(make_attempt, runners, counted):
     """Under set -x the call sends every exported variable: that part of the library is not traced."""
     attempt = make_attempt("start")
-    counted = Counted(tmp_path)
-    body = "step_start() {\n    set -x\n    httk_workflow_state_set k 1\n    httk_workflow_succeed\n}"
+    body = step_start("set -x", "httk_workflow_state_set k 1")
     result = run_runner(runners, counted, body, env={"HTTK_DEMO_SECRET": "s3cr3t-value"})
     assert result.returncode == 0, result.stderr
     assert "httk_workflow_state_set k 1" in result.stderr and "s3cr3t-value" not in result.stderr

@@ -211,6 +211,38 @@ def test_a_failing_command_substitution_and_an_explicit_exit(make_attempt, runne
     assert attempt.drafts() == [] and not attempt.ready.exists()
 
 
+def test_a_handlers_own_return_n_names_its_line(make_attempt, runners):
+    attempt = make_attempt("start")
+    # The audit's case: ERR for the handler's own `return 3` fires in the library's frame, not the handler's.
+    result = runners.bash("helper() {\n    return 4\n}\nstep_start() {\n    :\n    return 3\n}")
+    assert result.returncode == 3
+    error = json.loads((attempt.control / "error.json").read_bytes())
+    assert (error["file"], error["line"], error["command"]) == (str(runners.directory / "runner-1.sh"), 8, "return 3")
+    assert error["message"] == "command 'return 3' failed with status 3"
+
+    attempt = make_attempt("start")  # a helper's `return 4` fails at the handler's line that called it
+    result = runners.bash("helper() {\n    return 4\n}\nstep_start() {\n    :\n    helper\n}")
+    assert result.returncode == 4
+    error = json.loads((attempt.control / "error.json").read_bytes())
+    assert (error["line"], error["command"]) == (8, "return 4")
+
+
+def test_a_return_after_a_tolerated_call_failure_is_not_named_after_the_call(make_attempt, runners):
+    attempt = make_attempt("start")
+    body = "step_start() {\n    httk_workflow_state_get missing || true\n    return 5\n}"
+    result = runners.bash(body)
+    assert result.returncode == 5
+    error = json.loads((attempt.control / "error.json").read_bytes())
+    assert (error["line"], error["command"]) == (5, "return 5")
+
+    attempt = make_attempt("start")  # a handler whose last list fails names its file, and no line it cannot know
+    result = runners.bash("step_start() {\n    :\n    false && true\n}")
+    assert result.returncode == 1
+    error = json.loads((attempt.control / "error.json").read_bytes())
+    where = (str(runners.directory / "runner-2.sh"), "false", False)
+    assert (error["file"], error["command"], "line" in error) == where
+
+
 def test_an_explicit_exit_0_after_publishing_is_fine(make_attempt, runners):
     attempt = make_attempt("start")
     assert runners.bash("step_start() { httk_workflow_succeed; exit 0; }").returncode == 0
@@ -238,7 +270,8 @@ def test_reading_functions_and_their_statuses(make_attempt, runners, workspace_s
             probe input_null httk_workflow_input none
             probe input_default httk_workflow_input missing fallback
             probe input_missing httk_workflow_input missing
-            probe input_usage httk_workflow_input
+            probe input_all httk_workflow_input
+            probe input_usage httk_workflow_input a b c
             probe setting_env httk_workflow_setting vasp.command
             probe setting_typed httk_workflow_setting cores
             probe setting_input httk_workflow_setting n
@@ -270,6 +303,7 @@ def test_reading_functions_and_their_statuses(make_attempt, runners, workspace_s
     assert seen["input_null"] == (0, "null")
     assert seen["input_default"] == (0, "fallback")
     assert seen["input_missing"] == (1, "")
+    assert seen["input_all"] == (0, codec.dumps({"n": 3, "s": "text", "none": None}))  # Attempt.inputs
     assert seen["input_usage"][0] == 2
     assert seen["setting_env"] == (0, "srun vasp_std")  # the environment beats the workspace settings
     assert seen["setting_typed"] == (0, "8")
@@ -285,29 +319,45 @@ def test_reading_functions_and_their_statuses(make_attempt, runners, workspace_s
     assert seen["child"] == (1, "")
 
 
+def test_every_absent_answer_is_status_1_and_silent(make_attempt, runners, workspace_spec):
+    """Spec 002's discipline for every row with an absent answer: status 1, nothing on stdout or stderr."""
+    make_attempt("start", spec=workspace_spec(inputs={"n": 3}))
+    calls = [
+        "httk_workflow_context data",
+        "httk_workflow_context no.such.member",
+        "httk_workflow_input missing",
+        "httk_workflow_setting absent.thing",
+        "httk_workflow_state_get unset",
+        "httk_workflow_state_delete unset",
+        "httk_workflow_declaration other",
+        "httk_workflow_child nosuch",
+        "httk_workflow_child nosuch kind",
+        "httk_template_render <(printf '{{ sites.3 }}') '{\"sites\": []}'",
+    ]
+    record = '    status=0; {} >>"$OUT" 2>>"$ERR" || status=$?; echo "$status" >>"$STATUS"\n'
+    lines = "".join(record.format(call) for call in calls)
+    out, err, status = (runners.directory / name for name in ("out", "err", "status"))
+    env = {"OUT": str(out), "ERR": str(err), "STATUS": str(status)}
+    result = runners.bash(f"step_start() {{\n    local status\n{lines}    httk_workflow_succeed\n}}", env=env)
+    assert result.returncode == 0, result.stderr
+    assert status.read_text().split() == ["1"] * len(calls)
+    assert out.read_text() == "" and err.read_text() == ""
+
+
 def test_children_and_child_fields(make_attempt, runners, tmp_path):
     failure = {"code": "relax_diverged", "message": "no", "details": {}, "retryable": False}
     children = [
         {
-            "label": "site-0",
-            "job_id": "j0",
-            "job_key": "site-0--j0",
-            "kind": "succeeded",
-            "failure": None,
-            "payload": str(tmp_path / "p0"),
-            "workdir": str(tmp_path / "w0"),
+            "label": f"site-{index}",
+            "job_id": f"j{index}",
+            "job_key": f"site-{index}--j{index}",
+            "kind": kind,
+            "failure": child_failure,
+            "payload": str(tmp_path / f"p{index}"),
+            "workdir": str(tmp_path / f"w{index}"),
             "data": None,
-        },
-        {
-            "label": "site-1",
-            "job_id": "j1",
-            "job_key": "site-1--j1",
-            "kind": "failed",
-            "failure": failure,
-            "payload": str(tmp_path / "p1"),
-            "workdir": str(tmp_path / "w1"),
-            "data": None,
-        },
+        }
+        for index, (kind, child_failure) in enumerate([("succeeded", None), ("failed", failure)])
     ]
     make_attempt("aggregate", children=children)
     body = PROBE + script(
@@ -325,6 +375,11 @@ def test_children_and_child_fields(make_attempt, runners, tmp_path):
             probe null_failure httk_workflow_child site-0 failure
             probe null_data httk_workflow_child site-0 data
             probe unknown_field httk_workflow_child site-0 colour
+            probe unknown_failure_field httk_workflow_child site-1 failure.colour
+            probe scalar_member httk_workflow_child site-1 kind.x
+            probe code_member httk_workflow_child site-1 failure.code.x
+            probe missing_detail httk_workflow_child site-1 failure.details.why
+            probe null_failure_code httk_workflow_child site-0 failure.code
             probe unobserved httk_workflow_child site-9
             httk_workflow_succeed
         }
@@ -345,6 +400,10 @@ def test_children_and_child_fields(make_attempt, runners, tmp_path):
     assert seen["null_failure"] == (1, "")
     assert seen["null_data"] == (1, "")
     assert seen["unknown_field"][0] == 2
+    # A path that names no member of ChildResult is refused, as Python's attribute access would refuse it;
+    # a missing key of the application's own failure.details, or a field of a null failure, is absent.
+    assert seen["unknown_failure_field"][0] == seen["scalar_member"][0] == seen["code_member"][0] == 2
+    assert seen["missing_detail"] == seen["null_failure_code"] == (1, "")
     assert seen["unobserved"] == (1, "")
 
 
@@ -786,7 +845,13 @@ def test_calc_template_and_compression(runners, tmp_path, monkeypatch):
     assert seen["render"] == (0, "ENCUT = 520\nMAGMOM = [1,2]")
     assert seen["render_file"] == (0, "")
     assert (tmp_path / "INCAR").read_text() == "ENCUT = 520\nMAGMOM = [1,2]\n"
-    assert seen["render_missing"][0] == 1  # a placeholder without a value is absent, as documented
+    assert seen["render_missing"] == (1, "")  # a placeholder without a value is absent, as documented
+    # Silent, like every status 1 (spec 002: an absent answer never looks like a broken call).
+    missing = subprocess.run(
+        ["bash", "-c", f"source {LIB}; cd {tmp_path}; httk_template_render INCAR.tmpl '{{\"encut\": 1}}'"],
+        env=bash_env(), capture_output=True, text=True,
+    )
+    assert (missing.returncode, missing.stdout, missing.stderr) == (1, "", "")
     assert seen["compress"] == (0, "") and seen["compress_again"][0] == 2
     assert seen["decompress"][0] == 2  # big.txt is still there: decompressing would overwrite it
     assert seen["decompress_bad"][0] == 2

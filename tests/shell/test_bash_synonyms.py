@@ -1,11 +1,13 @@
-"""The httk-workflow 2.1 Bash spellings, also accepted, and the NAME=VALUE value rule (issue 18)."""
+"""The httk-workflow 2.1 Bash spellings still accepted (one-argument runlog notes), the removed
+``httk_workflow_parameter``, and the NAME=VALUE value rule (issue 18)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
-from shell_support import bridge
+from shell_support import TIMEOUT, bash_env, bridge
 
 from httk.workflow.codec import json_or_text
 from httk.workflow.shell_attempt import COMMANDS, Refused, assignments
@@ -88,30 +90,30 @@ def test_spawn_input_pairs_follow_the_value_rule(make_attempt, runners):
     assert job["inputs"] == {"name": "alpha", "size": 2, "quoted": "2"}
 
 
-def test_parameter_is_input(make_attempt, workspace_spec, runners):
-    make_attempt("start", spec=workspace_spec(inputs={"site": [1, 2], "name": "Si"}))
-    assert COMMANDS["parameter"] is COMMANDS["input"]  # one implementation
-    body = (
-        "step_start() {\n"
-        "    local status=0\n"
-        "    { httk_workflow_parameter site; httk_workflow_parameter name; httk_workflow_parameter absent dflt; }"
-        " >\"$OUT\"\n"
-        "    httk_workflow_parameter absent >>\"$OUT\" || status=$?\n"
-        "    echo \"status $status\" >>\"$OUT\"\n"
-        "    httk_workflow_succeed\n"
-        "}\n"
+def test_the_2_1_spelling_httk_workflow_parameter_is_gone(make_attempt, workspace_spec):
+    """Spec 002 lists no row for it: the library defines no such function and the bridge no such command."""
+    make_attempt("start", spec=workspace_spec(inputs={"name": "Si"}))
+    assert "parameter" not in COMMANDS
+    check = subprocess.run(
+        ["bash", "-c", 'source "$HTTK_WORKFLOW_SHELL_LIB"; declare -F httk_workflow_parameter'],
+        env=bash_env(), capture_output=True, text=True, timeout=TIMEOUT,
     )
-    out = runners.directory / "out.txt"
-    result = runners.bash(body, env={"OUT": str(out)})
-    assert result.returncode == 0, result.stderr
-    assert out.read_text(encoding="utf-8") == "[1,2]\nSi\ndflt\nstatus 1\n"
-    assert bridge("batch", stdin="httk_workflow_parameter name\n").stdout == "Si\n"
+    assert check.returncode == 1 and check.stdout == ""
+    for result in (bridge("parameter", "name"), bridge("batch", stdin="httk_workflow_parameter name\n")):
+        assert result.returncode == 2 and "unknown command 'parameter'" in result.stderr and result.stdout == ""
 
 
-@pytest.mark.parametrize("spelling", ["input", "parameter"])
-def test_a_usage_error_names_the_function_called(make_attempt, spelling):
-    line = refused(make_attempt("start"), spelling)
-    assert line == f"httk_workflow_{spelling}: usage: httk_workflow_{spelling} NAME [DEFAULT]"
+def test_input_without_a_name_prints_the_inputs_object(make_attempt, workspace_spec):
+    make_attempt("start", spec=workspace_spec(inputs={"site": [1, 2], "name": "Si"}))
+    assert bridge("input").stdout == '{"name":"Si","site":[1,2]}\n'  # Attempt.inputs, canonical JSON
+    assert bridge("input", "name").stdout == "Si\n"
+    make_attempt("start", spec=workspace_spec(inputs={}))
+    assert (bridge("input").returncode, bridge("input").stdout) == (0, "{}\n")  # no inputs is an empty object
+
+
+def test_a_usage_error_names_the_function_called(make_attempt):
+    line = refused(make_attempt("start"), "input", "a", "b", "c")
+    assert line == "httk_workflow_input: usage: httk_workflow_input [NAME [DEFAULT]]"
 
 
 def test_runlog_note_with_one_argument_takes_the_default_label(make_attempt, runners):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .domain.model import Failure
     from .protocol import JobSpec, prepare_job_payload, prepare_job_payloads
-    from .runtime import ChildResult, ChildSpec, RunnerRef
+    from .runtime import ChildResult, ChildSpec, JobState, RunnerRef
     from .sdk import Attempt, Runner
     from .workspace import Workspace
 
@@ -24,6 +24,7 @@ __all__ = [
     "ChildSpec",
     "Failure",
     "JobSpec",
+    "JobState",
     "Runner",
     "RunnerRef",
     "Workspace",
@@ -42,6 +43,7 @@ _NAMES = {
     "ChildSpec": "runtime",
     "RunnerRef": "runtime",
     "ChildResult": "runtime",
+    "JobState": "runtime",  # spec 002 rows JobState.read/set/delete/merge name it at the root
     "JobSpec": "protocol",
     "prepare_job_payload": "protocol",
     "prepare_job_payloads": "protocol",

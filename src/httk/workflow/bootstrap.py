@@ -14,7 +14,6 @@ fast; docs/architecture.md "Composition root" has the figures.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -25,17 +24,18 @@ from .adapters.fs_posix import PosixFilesystem
 from .adapters.ids import UuidIds
 from .adapters.plugins import EntryPointCatalog
 from .injector_import import import_dependency_injector
-from .languages.installation import find_module
 from .operations.registry import Registry
-from .operations.remotes import Remote, RemoteRegistry
 from .ports import BatchSystem, Clock, Filesystem, Ids, ProcessControl, RemoteTransport, Signer, Verifier
 from .store.workspaces import FORWARDED_ENV, Ports, WorkspaceHandle, WorkspaceService
 
 if TYPE_CHECKING:
     # The manager, its launch settings and the garbage collector are imported by the providers
     # that build them: a read-only command (``workspace status``) never pays for the engine.
+    import logging
+
     from .engine.attempts import LaunchSettings
     from .engine.manager import Manager, ManagerConfig
+    from .operations.remotes import Remote, RemoteRegistry
 
 import_dependency_injector()
 
@@ -47,6 +47,20 @@ def adapter_program_path() -> str:
     from importlib.resources import files
 
     return str(files("httk.workflow").joinpath("adapter_bundle", "adapter"))
+
+
+def _find_module(name: str) -> Any:
+    """:func:`.languages.installation.find_module` (imported on first use: a read command asks for none)."""
+    from .languages.installation import find_module
+
+    return find_module(name)
+
+
+def _remote_registry(*args: Any) -> RemoteRegistry:
+    """A :class:`~.operations.remotes.RemoteRegistry` of ``args`` (its module is imported on first use)."""
+    from .operations.remotes import RemoteRegistry
+
+    return RemoteRegistry(*args)
 
 
 def _memory_filesystem(clock: Clock) -> Filesystem:
@@ -101,13 +115,16 @@ def _launch_settings(runner_search_paths: Sequence[str] = (), base_env: Mapping[
     )
 
 
-def _garbage_collection(handle: WorkspaceHandle) -> Callable[[], None]:
-    """The manager's ``gc_hook``: one retention pass over ``handle`` (called only with ``gc_interval`` set)."""
+def _garbage_collection(handle: WorkspaceHandle, process: ProcessControl) -> Callable[[], None]:
+    """The manager's ``gc_hook``: one retention pass over ``handle`` (called only with ``gc_interval`` set).
+
+    ``process`` lets the pass tell a crashed manager of this host from a live one.
+    """
 
     def collect() -> None:
         from .operations.gc import GarbageCollector
 
-        GarbageCollector(handle).run()
+        GarbageCollector(handle, process=process).run()
 
     return collect
 
@@ -136,12 +153,12 @@ class Container(containers.DeclarativeContainer):
     #: a test overrides it with ``EntryPointCatalog(given={group: {name: double}})``.
     plugins = providers.Singleton(EntryPointCatalog)
     ports = providers.Singleton(Ports, fs=fs, clock=clock, ids=ids, check_setting=plugins.provided.check_setting,
-                                find_module=find_module)
+                                find_module=_find_module)
     workspaces = providers.Singleton(WorkspaceService, ports=ports)
     #: This user's workspace names (a Factory: the paths are read from ``config`` on each call).
     registry = providers.Factory(Registry, fs, config.registry_path, config.default_workspace)
     adapter_program = providers.Callable(adapter_program_path)
-    remote_registry = providers.Factory(RemoteRegistry, fs, config.remotes_dir, plugins, adapter_program)
+    remote_registry = providers.Factory(_remote_registry, fs, config.remotes_dir, plugins, adapter_program)
     verifier = providers.Singleton(_verifier)
     launch = providers.Factory(_launch_settings)
     #: ``manager(handle=..., config=..., launch=..., gc_hook__handle=...)``: see :func:`new_manager`.
@@ -150,7 +167,7 @@ class Container(containers.DeclarativeContainer):
         process=process,
         manager_id=providers.Factory(_new_manager_id, ids=ids),
         verifier=verifier,
-        gc_hook=providers.Factory(_garbage_collection),
+        gc_hook=providers.Factory(_garbage_collection, process=process),
     )
 
 
@@ -217,43 +234,50 @@ def build_manager(container: Container, handle: WorkspaceHandle, config: Manager
 
 
 def configure_logging(config: ManagerConfig, log_file: str) -> None:
-    """Console: warnings and up (or the chosen level); file: the full record, rotated."""
+    """Console and rotated file, each at its configured level (``--log-level`` sets both)."""
+    import logging  # here, not at the top: only a manager logs, and logging is a cost of every command's start-up
+
     logger = logging.getLogger("httk.workflow")
-    level = getattr(logging, config.log_level.upper(), logging.INFO)
-    logger.setLevel(min(level, logging.INFO) if config.log_level.lower() != "debug" else logging.DEBUG)
+    console_level = getattr(logging, config.console_log_level.upper(), logging.WARNING)
+    file_level = getattr(logging, config.file_log_level.upper(), logging.INFO)
+    logger.setLevel(min(console_level, file_level))
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
-    formatter: logging.Formatter = JsonLogFormatter() if config.json_logs else logging.Formatter(
+    formatter: logging.Formatter = json_log_formatter() if config.json_logs else logging.Formatter(
         "%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     console = logging.StreamHandler()
-    console.setLevel(max(level, logging.WARNING) if config.log_level.lower() == "info" else level)
+    console.setLevel(console_level)
     console.setFormatter(formatter)
     logger.addHandler(console)
     os.makedirs(os.path.dirname(log_file), exist_ok=True)
     from logging.handlers import RotatingFileHandler
 
     file_handler = RotatingFileHandler(log_file, maxBytes=16 << 20, backupCount=4)
-    file_handler.setLevel(level)
+    file_handler.setLevel(file_level)
     file_handler.setFormatter(formatter)
     logger.addHandler(file_handler)
     logger.propagate = False
 
 
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line, for ingestion."""
+def json_log_formatter() -> logging.Formatter:
+    """A formatter of one JSON object per line, for ingestion (its class is made here: see configure_logging)."""
+    import logging
 
-    def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(
-            {
-                "time": record.created,
-                "level": record.levelname.lower(),
-                "logger": record.name,
-                "message": record.getMessage(),
-            },
-            sort_keys=True,
-        )
+    class JsonLogFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return json.dumps(
+                {
+                    "time": record.created,
+                    "level": record.levelname.lower(),
+                    "logger": record.name,
+                    "message": record.getMessage(),
+                },
+                sort_keys=True,
+            )
+
+    return JsonLogFormatter()
 
 
 def operator_signer(environ: Mapping[str, str]) -> Signer | None:

@@ -3,8 +3,9 @@
 The composition root (``bootstrap``) imports dependency-injector through
 :func:`import_dependency_injector` before anything else of it: its optional
 backends (PyYAML, pydantic) are hidden for the length of that import and
-``asyncio`` is deferred, which together were most of every command's start-up
-(docs/benchmarks.md "CLI start-up and the composition root").
+``asyncio``, ``configparser`` and its own ``wiring`` module are deferred, which
+together were most of every command's start-up (docs/benchmarks.md "CLI start-up
+and the composition root").
 """
 
 from __future__ import annotations
@@ -39,11 +40,17 @@ class _HideBackends:
 _ASYNCIO_CALLABLES = ("Future", "ensure_future", "gather")
 
 
-def _asyncio_callable(name: str) -> Callable[..., Any]:
-    """``asyncio.<name>``, looked up in the real package when called (importing it first if need be)."""
+#: What dependency-injector takes, at its import, from modules it calls only for features this package never
+#: uses: ``from configparser import ConfigParser`` (providers; only ``Configuration.from_ini`` calls it) and
+#: ``from .wiring import unwire, wire`` (containers; only ``container.wire()`` and a ``wiring_config`` call them).
+_DEFERRED_CALLABLES = {"configparser": ("ConfigParser",), "dependency_injector.wiring": ("unwire", "wire")}
+
+
+def _deferred_callable(module: str, name: str) -> Callable[..., Any]:
+    """``<module>.<name>``, looked up in the real module when called (importing it first if need be)."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        return getattr(importlib.import_module("asyncio"), name)(*args, **kwargs)
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
     call.__name__ = call.__qualname__ = name
     return call
@@ -71,12 +78,40 @@ class _PreloadedCoroutines:
         module.__spec__ = self.spec  # its own (the source file's), not this finder's
 
 
-class _AsyncioStandIn(types.ModuleType):
-    """What ``import asyncio`` finds while dependency-injector is imported: the callables it takes, no more."""
+class _StandIn(types.ModuleType):
+    """What ``import NAME`` finds while dependency-injector is imported: the callables it takes, no more."""
+
+    def __init__(self, name: str, callables: tuple[str, ...]) -> None:
+        super().__init__(name)
+        self._deferred = callables
+        for attribute in callables:
+            setattr(self, attribute, _deferred_callable(name, attribute))
 
     def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"asyncio.{name}: dependency-injector asked for more of asyncio at its import than "
-                             f"httk.workflow.bootstrap defers ({', '.join(_ASYNCIO_CALLABLES)}); see _asyncio_deferred")
+        raise AttributeError(f"{self.__name__}.{name}: dependency-injector asked for more of {self.__name__} at its "
+                             f"import than httk.workflow.injector_import defers ({', '.join(self._deferred)})")
+
+
+@contextlib.contextmanager
+def _callables_deferred() -> Iterator[None]:
+    """Keep the modules of :data:`_DEFERRED_CALLABLES` out of dependency-injector's import.
+
+    ``configparser`` is about 2 ms (a dozen regular expressions) and ``dependency_injector.wiring``
+    about 3 ms (it imports pkgutil and probes for fastapi, starlette, werkzeug and
+    fast_depends). For the length of the import each is a :class:`_StandIn` holding
+    callables that import the real module when called; afterwards the stand-ins leave
+    ``sys.modules``, so importing either anywhere gets the real module. A module already
+    imported is used as it is.
+    """
+    stand_ins = {name: _StandIn(name, callables) for name, callables in _DEFERRED_CALLABLES.items()
+                 if name not in sys.modules}
+    sys.modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name, stand_in in stand_ins.items():
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
 
 
 @contextlib.contextmanager
@@ -86,7 +121,7 @@ def _asyncio_deferred() -> Iterator[None]:
     Its providers module imports ``Future``, ``ensure_future`` and ``gather`` from ``asyncio``
     and the ``_is_coroutine`` marker and ``_COROUTINE_TYPES`` from ``asyncio.coroutines``
     unconditionally. For the length of the import, ``asyncio`` is a stand-in holding
-    callables (:func:`_asyncio_callable`), and ``asyncio.coroutines`` the real module executed on its
+    callables (:func:`_deferred_callable`), and ``asyncio.coroutines`` the real module executed on its
     own (it imports nothing of its package); afterwards both leave ``sys.modules``, and the
     real package, when something imports it, is given that same ``coroutines`` module
     (:class:`_PreloadedCoroutines`). (``importlib.util.LazyLoader`` cannot do this: ``from
@@ -104,11 +139,9 @@ def _asyncio_deferred() -> Iterator[None]:
         return
     coroutines = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(coroutines)
-    stand_in = _AsyncioStandIn("asyncio")
+    stand_in = _StandIn("asyncio", _ASYNCIO_CALLABLES)
     stand_in.__path__ = []
     stand_in.coroutines = coroutines  # type: ignore[attr-defined]
-    for name in _ASYNCIO_CALLABLES:
-        setattr(stand_in, name, _asyncio_callable(name))
     sys.modules["asyncio"], sys.modules["asyncio.coroutines"] = stand_in, coroutines
     try:
         yield
@@ -126,8 +159,10 @@ def import_dependency_injector() -> None:
     Its unused optional backends are hidden for the length of the import: with pydantic
     and PyYAML installed (pymatgen brings them), its ``providers`` module imports them
     eagerly, about 0.3 s of every command's start-up. A backend already imported is used
-    as it is, and every one is importable as usual afterwards. And ``asyncio`` is not
-    imported (:func:`_asyncio_deferred`); an async provider imports it when it runs.
+    as it is, and every one is importable as usual afterwards. And neither ``asyncio``
+    (:func:`_asyncio_deferred`) nor ``configparser`` and dependency-injector's ``wiring``
+    (:func:`_callables_deferred`) are imported: an async provider imports asyncio when it
+    runs, ``from_ini`` configparser, and ``wire()`` its module.
 
     The finder and the stand-in are process-wide, so they are used only while this is
     the only thread (the CLI; ``threading`` knows of no other): a program that imports
@@ -142,7 +177,7 @@ def import_dependency_injector() -> None:
     finder = _HideBackends()
     sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
     try:
-        with _asyncio_deferred():
+        with _asyncio_deferred(), _callables_deferred():
             import dependency_injector.containers  # noqa: F401  (imports .providers)
     finally:
         sys.meta_path.remove(finder)  # type: ignore[arg-type]

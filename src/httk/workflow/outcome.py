@@ -18,13 +18,15 @@ changes"; docs/workflow_filesystem_api.md "The outcome".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codec
+from .adapters.attempt_lock import LOCK_FILE, AttemptLock
 from .adapters.fs_posix import PosixFilesystem
 from .attempt_records import (
     RunnerErrorDocument,
@@ -36,7 +38,7 @@ from .attempt_records import (
     WorkdirOperation,
 )
 from .domain.model import control_character
-from .protocol import PRIVATE_DIR, JobSpec
+from .protocol import JOB_FILE, PRIVATE_DIR, JobSpec, parse_job_bytes
 from .runtime import ChildSpec
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ T = TypeVar("T")
 READY = "outcome.ready"
 DRAFT_PREFIX = "outcome.tmp."
 RUNNER_DIR = ".httk-runner"
+RUNNER_STEPS_FILE = "runner-steps.json"
 
 
 def check_relative(path: str | os.PathLike[str], what: str) -> str:
@@ -81,6 +84,21 @@ def write_error(control: Path, error: RunnerErrorDocument, *, durable: bool, fs:
     data = codec.encode(codec.unstructure(error))
     (fs if fs is not None else PosixFilesystem()).write_atomic(os.fspath(path), data, durable=durable)
     return path
+
+
+def record_runner_steps(
+    payload: Path, workflow: str, steps: frozenset[str] | set[str], *, durable: bool, fs: Filesystem | None = None
+) -> bool:
+    """Write ``.httk-job/runner-steps.json`` unless it already holds these bytes; report whether it wrote."""
+    data = codec.encode({"steps": sorted(steps), "workflow": workflow})
+    path = payload / PRIVATE_DIR / RUNNER_STEPS_FILE
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    (fs if fs is not None else PosixFilesystem()).write_atomic(os.fspath(path), data, durable=durable)
+    return True
 
 
 def child_job_spec(parent: JobSpec, child: ChildSpec, label: str) -> JobSpec:
@@ -139,24 +157,62 @@ def ignore_private(root: Path) -> Callable[[str, list[str]], list[str]]:
     return ignore
 
 
+def job_file_filler(data: bytes) -> Callable[[Path], None]:
+    """What creates a synthesized child's payload directory: ``job.json`` holding ``data``."""
+
+    def fill(directory: Path) -> None:
+        directory.mkdir()
+        (directory / JOB_FILE).write_bytes(data)
+
+    return fill
+
+
+def payload_filler(source: Path) -> Callable[[Path], None]:
+    """What copies the prepared payload ``source`` (checked now: its ``job.json`` must parse), minus ``.httk-job/``."""
+    job_file = source / JOB_FILE
+    if not job_file.is_file():
+        raise ValueError(f"spawn(): {source} is not a prepared payload directory (no {JOB_FILE})")
+    parse_job_bytes(job_file.read_bytes(), os.fspath(job_file))
+
+    def fill(directory: Path) -> None:
+        shutil.copytree(source, directory, symlinks=True, ignore=ignore_private(source))
+
+    return fill
+
+
 class OutcomeDraft:
-    """The implicit draft of one attempt; created on first use, published or discarded once."""
+    """The implicit draft of one attempt; created on first use, published or discarded once.
+
+    Every change of the draft runs under the attempt's :class:`~.adapters.attempt_lock.AttemptLock`.
+    A draft several processes continue (the Bash bridge, :meth:`resume`) is re-read from disk
+    under that lock before each change, so concurrent bridge calls (``httk_workflow_spawn ... &``)
+    each add to the latest version and none is lost.
+    """
 
     def __init__(
-        self, control: Path, *, durable: bool, new_id: Callable[[], str], fs: Filesystem | None = None
+        self,
+        control: Path,
+        *,
+        durable: bool,
+        new_id: Callable[[], str],
+        fs: Filesystem | None = None,
+        lock: AttemptLock | None = None,
     ) -> None:
         self._control = control
         self._durable = durable
         self._new_id = new_id
         self._fs = fs if fs is not None else PosixFilesystem()
+        self._lock = lock if lock is not None else AttemptLock(control / LOCK_FILE)
         self._directory: Path | None = None
         self._published = False
         self.children: list[dict[str, Any]] = []
         self.operations: list[dict[str, Any]] = []
+        self._label_set: set[str] = set()  # the labels of ``children``, kept beside them (no rescans)
         #: ``spawn.json`` is behind ``children``: written once, at publication. A draft that another
         #: process continues (the Bash bridge, :meth:`resume`) is rewritten at every spawn instead.
         self._spawn_unwritten = False
         self._shared = False
+        self._lock_depth = 0
 
     @property
     def directory(self) -> Path | None:
@@ -170,12 +226,34 @@ class OutcomeDraft:
     def published(self) -> bool:
         return self._published or self._fs.exists(os.fspath(self.ready))
 
+    @property
+    def labels(self) -> list[str]:
+        """The labels of the children spawned so far, in spawn order."""
+        return [str(child["label"]) for child in self.children]
+
     def check_open(self) -> None:
         """Refuse any further contribution once an outcome exists."""
         if self.published:
             raise RuntimeError(
                 f"this attempt already published its outcome ({self.ready}); a step publishes exactly one"
             )
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the attempt lock; a shared draft is first re-read, so the block sees its latest version.
+
+        A draft no other process continues (a Python runner's, never resumed) is not read back, but it
+        takes the lock all the same: both SDKs then leave the same files behind (spec 002).
+        """
+        with self._lock.held():
+            outermost = self._lock_depth == 0
+            self._lock_depth += 1
+            try:
+                if self._shared and outermost:
+                    self._reload()
+                yield
+            finally:
+                self._lock_depth -= 1
 
     def resume(self) -> list[dict[str, Any]]:
         """Adopt the one unpublished draft an earlier process of this attempt left; returns its children.
@@ -186,49 +264,62 @@ class OutcomeDraft:
         """
         # A draft one process continues may be continued by the next: keep spawn.json whole throughout.
         self._shared = True
+        with self.locked():
+            return self.children
+
+    def _reload(self) -> None:
+        """Read the draft of the control directory (none, or exactly one) into this object."""
         drafts = sorted(path for path in self._control.glob(f"{DRAFT_PREFIX}*") if path.is_dir())
-        if not drafts:
-            return []
         if len(drafts) > 1:
             names = ", ".join(path.name for path in drafts)
             raise RuntimeError(f"{self._control} holds more than one unpublished draft ({names}); refusing to guess")
-        directory = drafts[0]
-        spawn = directory / "children" / "spawn.json"
-        manifest = directory / "transaction" / "manifest.json"
-        self.children = [codec.unstructure(child) for child in _read(spawn, SpawnDocument).children] \
-            if spawn.is_file() else []
-        self.operations = [codec.unstructure(op) for op in _read(manifest, TransactionDocument).operations] \
-            if manifest.is_file() else []
-        self._directory = directory
-        return self.children
+        self._directory = drafts[0] if drafts else None
+        self.children, self.operations, self._label_set = [], [], set()
+        if self._directory is None:
+            return
+        spawn = self._directory / "children" / "spawn.json"
+        manifest = self._directory / "transaction" / "manifest.json"
+        if spawn.is_file():
+            self.children = [codec.unstructure(child) for child in _read(spawn, SpawnDocument).children]
+            self._label_set = {str(child["label"]) for child in self.children}
+        if manifest.is_file():
+            self.operations = [codec.unstructure(op) for op in _read(manifest, TransactionDocument).operations]
 
     def ensure(self) -> Path:
-        self.check_open()
-        if self._directory is None:
-            directory = self._control / f"{DRAFT_PREFIX}{self._new_id()}"
-            directory.mkdir()
-            self._directory = directory
-        return self._directory
+        with self.locked():
+            self.check_open()
+            if self._directory is None:
+                directory = self._control / f"{DRAFT_PREFIX}{self._new_id()}"
+                directory.mkdir()
+                self._directory = directory
+            return self._directory
 
     def add_child(self, entry: dict[str, Any], fill: Callable[[Path], None]) -> None:
-        """Create ``children/jobs/<job-key>/`` with ``fill`` and record ``entry`` in ``spawn.json``."""
-        draft = self.ensure()
-        payload = draft / "children" / entry["payload"]
-        payload.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fill(payload)
-        except BaseException:
-            shutil.rmtree(payload, ignore_errors=True)
-            raise
-        # Only the new child is structured (checked): the kept ones were when they were added (or
-        # read back by resume), and the caller keeps labels unique. Structuring every child again
-        # at each spawn made a fan-out quadratic: 2,000 spawns took 70 s, 20,000 would take hours.
-        self.children.append(codec.unstructure(SpawnEntry(**entry)))
-        # Rewriting the whole file at each spawn made a fan-out quadratic in bytes too; one process's
-        # draft writes it once, at publication, a shared one (the Bash bridge's) after every spawn.
-        self._spawn_unwritten = True
-        if self._shared:
-            self._write_spawn(draft)
+        """Create ``children/jobs/<job-key>/`` with ``fill`` and record ``entry`` in ``spawn.json``.
+
+        A label already in the draft is refused (``ValueError``): labels are unique per attempt.
+        """
+        with self.locked():
+            draft = self.ensure()
+            if entry["label"] in self._label_set:
+                raise ValueError(f"child label {entry['label']!r} is already used on this attempt; labels are unique")
+            payload = draft / "children" / entry["payload"]
+            payload.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fill(payload)
+            except BaseException:
+                shutil.rmtree(payload, ignore_errors=True)
+                raise
+            # Only the new child is structured (checked): the kept ones were when they were added (or
+            # read back by resume), and the caller keeps labels unique. Structuring every child again
+            # at each spawn made a fan-out quadratic: 2,000 spawns took 70 s, 20,000 would take hours.
+            self.children.append(codec.unstructure(SpawnEntry(**entry)))
+            self._label_set.add(entry["label"])
+            # Rewriting the whole file at each spawn made a fan-out quadratic in bytes too; one process's
+            # draft writes it once, at publication, a shared one (the Bash bridge's) after every spawn.
+            self._spawn_unwritten = True
+            if self._shared:
+                self._write_spawn(draft)
 
     def _write_spawn(self, draft: Path) -> None:
         """Write ``children/spawn.json`` from ``children``."""
@@ -239,17 +330,19 @@ class OutcomeDraft:
         self._spawn_unwritten = False
 
     def add_put(self, source: Path, destination: str) -> str:
-        draft = self.ensure()
-        op_id = f"op-{len(self.operations) + 1:04d}"
-        _copy(source, draft / "transaction" / "files" / op_id)
-        self._add_operation({"id": op_id, "op": "put", "destination": destination, "source": f"files/{op_id}"})
-        return op_id
+        with self.locked():
+            draft = self.ensure()
+            op_id = f"op-{len(self.operations) + 1:04d}"
+            _copy(source, draft / "transaction" / "files" / op_id)
+            self._add_operation({"id": op_id, "op": "put", "destination": destination, "source": f"files/{op_id}"})
+            return op_id
 
     def add_remove(self, destination: str, missing_ok: bool) -> str:
-        self.ensure()
-        op_id = f"op-{len(self.operations) + 1:04d}"
-        self._add_operation({"id": op_id, "op": "remove", "destination": destination, "missing_ok": missing_ok})
-        return op_id
+        with self.locked():
+            self.ensure()
+            op_id = f"op-{len(self.operations) + 1:04d}"
+            self._add_operation({"id": op_id, "op": "remove", "destination": destination, "missing_ok": missing_ok})
+            return op_id
 
     def _add_operation(self, operation: dict[str, Any]) -> None:
         assert self._directory is not None
@@ -258,31 +351,40 @@ class OutcomeDraft:
         manifest = os.fspath(self._directory / "transaction" / "manifest.json")
         self._fs.write_atomic(manifest, codec.encode(codec.unstructure(document)), durable=False)
 
-    def publish(self, outcome: dict[str, Any]) -> Path:
-        """Write ``outcome.json`` and rename the draft to ``outcome.ready/``; return that path."""
-        self.check_open()
-        draft = self.ensure()
-        if self._spawn_unwritten:
-            self._write_spawn(draft)
-        self._fs.write_atomic(os.fspath(draft / "outcome.json"), codec.encode(outcome), durable=False)
-        if self._durable:
-            self._fs.sync_tree(os.fspath(draft))
-        try:
-            # Never replaces, not even an empty directory; synced with the control directory when durable.
-            self._fs.rename(os.fspath(draft), os.fspath(self.ready), durable=self._durable)
-        except FileExistsError:
-            raise RuntimeError(f"{self.ready} already exists; refusing to replace a published outcome") from None
-        self._published = True
-        self._directory = None
-        return self.ready
+    def publish(self, outcome: dict[str, Any] | Callable[[], dict[str, Any]]) -> Path:
+        """Write ``outcome.json`` and rename the draft to ``outcome.ready/``; return that path.
+
+        ``outcome`` may be a function building it, called under the lock once the draft is
+        current (a join lists the draft's children as they are at publication).
+        """
+        with self.locked():
+            self.check_open()
+            document = outcome() if callable(outcome) else outcome  # may refuse: before anything is made
+            draft = self.ensure()
+            if self._spawn_unwritten:
+                self._write_spawn(draft)
+            self._fs.write_atomic(os.fspath(draft / "outcome.json"), codec.encode(document), durable=False)
+            if self._durable:
+                self._fs.sync_tree(os.fspath(draft))
+            try:
+                # Never replaces, not even an empty directory; synced with the control directory when durable.
+                self._fs.rename(os.fspath(draft), os.fspath(self.ready), durable=self._durable)
+            except FileExistsError:
+                raise RuntimeError(f"{self.ready} already exists; refusing to replace a published outcome") from None
+            self._published = True
+            self._directory = None
+            return self.ready
 
     def discard(self) -> None:
         """Remove an unpublished draft so no half-outcome survives."""
         if self._directory is not None:
-            shutil.rmtree(self._directory, ignore_errors=True)
+            with self.locked():
+                if self._directory is not None:  # a shared draft is re-read: another process may have gone on
+                    shutil.rmtree(self._directory, ignore_errors=True)
             self._directory = None
         self.children = []
         self.operations = []
+        self._label_set = set()
         self._spawn_unwritten = False
 
 

@@ -385,6 +385,8 @@ class BatchSystem(Protocol):
     """A batch scheduler (Slurm, or the local shell) that starts managers."""
 
     name: str
+    #: Whether a job id is the manager's pid on the submitting machine (the local shell); a scheduler's is not.
+    job_ids_are_pids: bool
 
     def compose_script(
         self,

@@ -14,6 +14,7 @@ runner while it waits). Spec: 001 "What an attempt reads", "Spawning children",
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
@@ -33,6 +34,7 @@ from .protocol import keyword_synonyms
 if TYPE_CHECKING:
     import subprocess
 
+    from .adapters.attempt_lock import AttemptLock
     from .ports import Filesystem
 
 PRIVATE_DIR = ".httk-job"
@@ -295,15 +297,25 @@ class JobState(MutableMapping[str, Any]):
 
     Every read loads the file and every mutation is one atomic replace of the
     whole document (through ``fs``, the POSIX filesystem adapter by default), so
-    the state on disk is always a complete object.
+    the state on disk is always a complete object. A mutation reads, changes and
+    replaces the document under ``lock`` (an attempt's
+    :class:`~.adapters.attempt_lock.AttemptLock`, which ``Attempt`` passes), so
+    concurrent writers of one attempt (Bash bridge calls run with ``&``) lose no
+    update; without one, the caller is the only writer.
     """
 
     def __init__(
-        self, payload: str | os.PathLike[str], *, durable: bool = True, fs: Filesystem | None = None
+        self,
+        payload: str | os.PathLike[str],
+        *,
+        durable: bool = True,
+        fs: Filesystem | None = None,
+        lock: AttemptLock | None = None,
     ) -> None:
         self._path = Path(payload) / PRIVATE_DIR / STATE_FILE
         self._durable = durable
         self._fs = fs if fs is not None else PosixFilesystem()
+        self._lock = lock
 
     @property
     def path(self) -> Path:
@@ -324,12 +336,13 @@ class JobState(MutableMapping[str, Any]):
     def delete(self, key: str) -> bool:
         """Remove ``key``; report whether it was present."""
         self._check_key(key)
-        document = self.read()
-        if key not in document:
-            return False
-        del document[key]
-        self._write(document)
-        return True
+        with self._locked():
+            document = self.read()
+            if key not in document:
+                return False
+            del document[key]
+            self._write(document)
+            return True
 
     def merge(self, values: Mapping[str, Any]) -> None:
         """Write several keys in one atomic replace."""
@@ -340,9 +353,10 @@ class JobState(MutableMapping[str, Any]):
             self._check_value(key, value)
         if not values:
             return
-        document = self.read()
-        document.update(values)
-        self._write(document)
+        with self._locked():
+            document = self.read()
+            document.update(values)
+            self._write(document)
 
     def __getitem__(self, key: str) -> Any:
         document = self.read()
@@ -376,6 +390,10 @@ class JobState(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"JobState({self.read()!r})"
+
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        """The read-modify-write guard: the attempt's lock, or nothing for a lone writer."""
+        return self._lock.held() if self._lock is not None else contextlib.nullcontext()
 
     def _write(self, document: dict[str, Any]) -> None:
         self._fs.write_atomic(os.fspath(self._path), codec.encode(document), durable=self._durable)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TextIO, overload
 
 from . import codec
+from .adapters.attempt_lock import LOCK_FILE, AttemptLock
 from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .attempt_records import OutcomeDocument, RunnerDescription, RunnerErrorDocument
@@ -42,7 +42,9 @@ from .outcome import (
     apply_sealed_batch,
     check_relative,
     child_job_spec,
-    ignore_private,
+    job_file_filler,
+    payload_filler,
+    record_runner_steps,
     replay_workdir_batches,
     write_error,
 )
@@ -52,7 +54,6 @@ from .runtime import AttemptContext, Children, ChildSpec, CommandResult, JobStat
 
 __all__ = ["Attempt", "Runner"]
 
-RUNNER_STEPS_FILE = "runner-steps.json"
 Handler = Callable[["Attempt"], Any]
 _MISSING: Any = object()
 
@@ -105,7 +106,10 @@ class Attempt:
         self._environ = environ if environ is not None else os.environ
         self._fs = fs if fs is not None else PosixFilesystem()
         self._job: JobSpec | None = None  # read on first use: most Bash bridge calls never need it
-        self._state = JobState(payload, durable=context.durable, fs=self._fs)
+        # One lock for every read-modify-write of this attempt's documents (draft and state), shared
+        # by this process and every Bash bridge call of the attempt (adapters/attempt_lock.py).
+        self._lock = AttemptLock(control / LOCK_FILE)
+        self._state = JobState(payload, durable=context.durable, fs=self._fs, lock=self._lock)
         self._log = RunLog(
             workdir / ".httk-runner" / "runlog.jsonl",
             base=workdir,
@@ -116,7 +120,7 @@ class Attempt:
             fs=self._fs,
         )
         self._children = Children(context.children)
-        self._draft = OutcomeDraft(control, durable=context.durable, new_id=self._new_id, fs=self._fs)
+        self._draft = OutcomeDraft(control, durable=context.durable, new_id=self._new_id, fs=self._fs, lock=self._lock)
         self._labels: list[str] = []
 
     @classmethod
@@ -199,10 +203,6 @@ class Attempt:
             known = ", ".join(sorted(self.job.inputs)) or "(none)"
             raise KeyError(f"job input {name!r} is not set; inputs: {known}")
         return default
-
-    #: Also accepted: the httk-workflow 2.1 spellings, the same members (docs/sdks/sdk_parity.md).
-    parameters = inputs
-    parameter = input
 
     def setting(self, name: str, default: Any = None) -> Any:
         """inputs[name], else ``HTTK_<NAME>``, else the workspace settings snapshot, else ``default``.
@@ -335,38 +335,18 @@ class Attempt:
                 raise ValueError("spawn(): context.json names no placement; pass placement= explicitly")
         placement = check_placement(placement)
         if isinstance(child, ChildSpec):
-            data = child_job_spec(self.job, child, label).to_bytes()
             if child.runner.inherits:
                 self._check_published_step(child.step, "ChildSpec.step")
-
-            def fill(directory: Path) -> None:
-                directory.mkdir()
-                (directory / JOB_FILE).write_bytes(data)
-
+            fill = job_file_filler(child_job_spec(self.job, child, label).to_bytes())
         elif isinstance(child, str | os.PathLike):
-            source = Path(child)
-            if not source.is_absolute():
-                source = self._workdir / source
-            job_file = source / JOB_FILE
-            if not job_file.is_file():
-                raise ValueError(f"spawn(): {source} is not a prepared payload directory (no {JOB_FILE})")
-            parse_job_bytes(job_file.read_bytes(), os.fspath(job_file))
-
-            def fill(directory: Path) -> None:
-                shutil.copytree(source, directory, symlinks=True, ignore=ignore_private(source))
-
+            fill = payload_filler(Path(child) if Path(child).is_absolute() else self._workdir / child)
         else:
             raise TypeError(f"spawn() takes a ChildSpec or a payload directory, got {type(child).__name__}")
         job_id = self._new_id()
         job_key = str(JobKey(job_id=job_id, tag=label))
-        entry = {
-            "label": label,
-            "job_id": job_id,
-            "job_key": job_key,
-            "placement": placement,
-            "payload": f"jobs/{job_key}",
-        }
-        self._draft.add_child(entry, fill)
+        entry = {"label": label, "job_id": job_id, "job_key": job_key, "placement": placement,
+                 "payload": f"jobs/{job_key}"}
+        self._draft.add_child(entry, fill)  # checks the label again, against the draft as it is now
         self._labels.append(label)
         return job_key
 
@@ -377,16 +357,20 @@ class Attempt:
         """Whether this attempt already published its outcome."""
         return self._draft.published
 
-    def _publish(self, action: str, members: dict[str, Any]) -> Path:
-        outcome = {
-            "format": OutcomeDocument.FORMAT.name,
-            "format_version": OutcomeDocument.FORMAT.version,
-            "action": action,
-            "attempt_id": self._context.attempt_id,
-            "step": self._context.step,
-            "runner_steps": sorted(self._steps) if self._steps is not None else None,
-            **members,
-        }
+    def _publish(self, action: str, members: dict[str, Any] | Callable[[], dict[str, Any]]) -> Path:
+        """Publish ``action``; ``members`` may be built under the draft's lock (a join's children)."""
+
+        def outcome() -> dict[str, Any]:
+            return {
+                "format": OutcomeDocument.FORMAT.name,
+                "format_version": OutcomeDocument.FORMAT.version,
+                "action": action,
+                "attempt_id": self._context.attempt_id,
+                "step": self._context.step,
+                "runner_steps": sorted(self._steps) if self._steps is not None else None,
+                **(members() if callable(members) else members),
+            }
+
         return self._draft.publish(outcome)
 
     def advance(self, step: str, state: Mapping[str, Any] | None = None, priority: int | None = None) -> None:
@@ -413,16 +397,16 @@ class Attempt:
         self._check_published_step(step, "gather step")
         if on_impossible is not None:
             self._check_published_step(on_impossible, "gather on_impossible step")
-        # The manager validates a published join with this same rule (services/outcomes.py).
-        check_join_condition(when, count, children=len(self._labels))
-        join = {
-            "step": step,
-            "when": when,
-            "count": count,
-            "on_impossible": on_impossible,
-            "children": self._labels,
-        }
-        self._publish("wait", {"join": join})
+
+        def members() -> dict[str, Any]:
+            # Under the draft's lock: the join lists the children the draft holds at publication.
+            labels = self._draft.labels
+            # The manager validates a published join with this same rule (engine/outcome_reader.py).
+            check_join_condition(when, count, children=len(labels))
+            join = {"step": step, "when": when, "count": count, "on_impossible": on_impossible, "children": labels}
+            return {"join": join}
+
+        self._publish("wait", members)
 
     def succeed(self) -> None:
         """The job is done."""
@@ -457,6 +441,12 @@ class Attempt:
         """Stop until an operator resumes the job."""
         self._draft.check_open()
         self._publish("pause", {"reason": _text(reason, "reason")})
+
+
+def _exit_message(code: object) -> str:
+    """What a handler's ``sys.exit(code)`` says, in the words of the Bash SDK's ``HandlerExit``."""
+    status = code if isinstance(code, int) else 1  # Python exits 1 for a non-integer code (and prints it)
+    return f"the handler exited with status {status} (sys.exit({code!r}))"
 
 
 def _exported(value: Any) -> str | None:
@@ -518,17 +508,24 @@ class Runner:
         self._handlers[name] = handler
         return handler
 
-    def description(self) -> dict[str, Any]:
-        """The ``httk-workflow-runner-description`` v1 object (:class:`~.attempt_records.RunnerDescription`)."""
+    def description(self, file: TextIO | None = None) -> dict[str, Any]:
+        """Print this runner's description on ``file`` (stdout by default) and return it; touch nothing else.
+
+        One line of canonical JSON, the ``httk-workflow-runner-description`` v1 object
+        (:class:`~.attempt_records.RunnerDescription`), exactly what ``--describe`` and the
+        Bash ``httk_workflow_main --describe`` print (spec 002 row ``Runner.description``).
+        """
         document: dict[str, Any] = codec.unstructure(RunnerDescription(self._workflow, tuple(sorted(self._handlers))))
+        out = sys.stdout if file is None else file
+        out.write(codec.dumps(document) + "\n")
+        out.flush()
         return document
 
     def main(self, argv: list[str] | None = None) -> int:
         """Dispatch the step the manager asked for; return 0 for every ending turned into an outcome."""
         args = sys.argv[1:] if argv is None else list(argv)
         if "--describe" in args or os.environ.get("HTTK_WORKFLOW_DESCRIBE") == "1":
-            sys.stdout.write(codec.dumps(self.description()) + "\n")
-            sys.stdout.flush()
+            self.description()
             return 0
         if args:
             sys.stderr.write(f"usage: {sys.argv[0]} [--describe] (unexpected arguments: {' '.join(args)})\n")
@@ -546,13 +543,27 @@ class Runner:
             attempt = Attempt.initialize(steps=self.steps)
         except codec.DocumentError as error:
             # The manager wrote these documents; one that does not read is damage, said in one line
-            # (the manager records the exit as the attempt's failure), not a traceback.
+            # (the manager records the exit as the attempt's failure), not a traceback. Status 2: a
+            # corrupt attempt context is a refusal (spec 002, exit-code discipline), as in Bash.
             sys.stderr.write(f"error: this attempt cannot start: {error}\n")
-            return 1
+            return 2
         durable = attempt.context.durable
         record_runner_steps(attempt.payload, self._workflow, self.steps, durable=durable, fs=attempt._fs)
         self._dispatch(attempt)
         return 0
+
+    @staticmethod
+    def _record_death(attempt: Attempt, exception: str, message: str) -> None:
+        """Discard the unpublished draft and leave the ``error.json`` breadcrumb of a handler that died."""
+        import traceback
+
+        attempt._draft.discard()
+        write_error(
+            attempt.control,
+            RunnerErrorDocument(exception, message, step=attempt.step, traceback=traceback.format_exc()),
+            durable=attempt.context.durable,
+            fs=attempt._fs,
+        )
 
     def _dispatch(self, attempt: Attempt) -> None:
         step = attempt.step
@@ -565,37 +576,21 @@ class Runner:
             return
         try:
             handler(attempt)
+        except SystemExit as exit_:
+            if exit_.code not in (0, None):
+                # An explicit non-zero exit is the handler dying, recorded as Bash records `exit N`.
+                self._record_death(attempt, "HandlerExit", _exit_message(exit_.code))
+                raise
+            # sys.exit(0) ends the handler as a return does (spec 002: a handler that ends without
+            # publishing is no_outcome), exactly like `exit 0` in a Bash handler.
         except BaseException as error:
-            import traceback
-
-            attempt._draft.discard()
-            write_error(
-                attempt.control,
-                RunnerErrorDocument(type(error).__name__, str(error), step=step, traceback=traceback.format_exc()),
-                durable=attempt.context.durable,
-                fs=attempt._fs,
-            )
+            self._record_death(attempt, type(error).__name__, str(error))
             raise
         if not attempt.published:
             # A draft without a terminal call was never meant to be published: children
             # spawned by a handler that forgot to gather must not be created.
             attempt._draft.discard()
             attempt.fail("no_outcome", f"step {step!r} returned without publishing an outcome")
-
-
-def record_runner_steps(
-    payload: Path, workflow: str, steps: frozenset[str] | set[str], *, durable: bool, fs: Filesystem | None = None
-) -> bool:
-    """Write ``.httk-job/runner-steps.json`` unless it already holds these bytes; report whether it wrote."""
-    data = codec.encode({"steps": sorted(steps), "workflow": workflow})
-    path = payload / PRIVATE_DIR / RUNNER_STEPS_FILE
-    try:
-        if path.read_bytes() == data:
-            return False
-    except FileNotFoundError:
-        pass
-    (fs if fs is not None else PosixFilesystem()).write_atomic(os.fspath(path), data, durable=durable)
-    return True
 
 
 def _ensure_logging() -> None:

@@ -163,8 +163,7 @@ class Session:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self._attempt: Attempt | None = None
-        #: The function the runner called for the command running now (``httk_workflow_parameter``):
-        #: one command serves a function and its synonym, and a usage line names the one called.
+        #: The function the runner called for the command running now, which a usage line names.
         self.command = ""
 
     def emit(self, value: Any) -> None:
@@ -252,11 +251,12 @@ def cmd_context(session: Session, args: list[str]) -> int:
 
 
 def cmd_input(session: Session, args: list[str]) -> int:
-    """One job input (``Attempt.input``); a missing one without a default is absent.
-
-    Also ``httk_workflow_parameter`` (the 2.1 spelling), so its usage line names the function called.
-    """
-    count_args(args, 1, 2, f"{session.command or 'httk_workflow_input'} NAME [DEFAULT]")
+    """The whole inputs object (``Attempt.inputs``), or one input (``Attempt.input``); a missing one without a
+    default is absent."""
+    count_args(args, 0, 2, "httk_workflow_input [NAME [DEFAULT]]")
+    if not args:
+        session.emit(dict(session.attempt().inputs))  # an object even when it is empty: canonical JSON, never a string
+        return EXIT_OK
     try:
         value = session.attempt().input(*args)
     except KeyError:
@@ -333,9 +333,28 @@ def cmd_child(session: Session, args: list[str]) -> int:
     if len(args) == 1:
         session.emit(document)
         return EXIT_OK
-    if args[1].split(".")[0] not in document:
-        raise Refused(f"unknown child field {args[1]!r}: use one of {', '.join(sorted(document))}")
+    _check_child_field(args[1], document)
     return _emit_present(session, _dotted(document, args[1], f"child {args[0]!r}"))
+
+
+_FAILURE_FIELDS = ("code", "details", "message", "retryable")
+
+
+def _check_child_field(path: str, document: dict[str, Any]) -> None:
+    """Refuse (2) a path that names no member of ``ChildResult``, as Python's attribute access would.
+
+    A path into ``failure.details`` is the application's own mapping: a missing key there is absent (1).
+    """
+    segments = path.split(".")
+    if segments[0] not in document:
+        raise Refused(f"unknown child field {path!r}: use one of {', '.join(sorted(document))}")
+    if len(segments) > 1 and segments[0] != "failure":
+        raise Refused(f"child field {segments[0]!r} has no members: {path!r}")
+    if segments[0] == "failure" and len(segments) > 1:
+        if segments[1] not in _FAILURE_FIELDS:
+            raise Refused(f"unknown failure field {path!r}: use one of {', '.join(_FAILURE_FIELDS)}")
+        if len(segments) > 2 and segments[1] != "details":
+            raise Refused(f"failure field {segments[1]!r} has no members: {path!r}")
 
 
 # --------------------------------------------------------------------------- writing job-scoped files
@@ -536,7 +555,6 @@ def cmd_pause(session: Session, args: list[str]) -> int:
 COMMANDS: dict[str, Callable[[Session, list[str]], int]] = {
     "context": cmd_context,
     "input": cmd_input,
-    "parameter": cmd_input,  # also accepted: httk_workflow_parameter, the 2.1 spelling
     "setting": cmd_setting,
     "state_get": cmd_state_get,
     "state_set": cmd_state_set,

@@ -18,7 +18,8 @@ attempt, each as if it were a process of its own (:mod:`httk.workflow.shell_serv
 
 Exit statuses follow the spec's discipline: 0 success, 1 a legitimately absent
 answer (silent), 2 a refused call (one message on stderr); ``run`` reports the
-supervised program's class instead (0, 22, 124, 125). Imports are deferred to
+supervised program's class instead (0, 22, 124, 125), and ``vasp_run`` the VASP
+classes of :mod:`httk.workflow.shell_vasp` (0, 3, 20, 21, 22, 124, 125). Imports are deferred to
 the command that needs them: a call's cost is interpreter start-up plus what it
 imports, and ``calc`` or ``run`` should not pay for the SDK.
 """
@@ -30,7 +31,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import shell_attempt
+from . import shell_attempt, shell_vasp
 from .shell_attempt import (
     BUDGETS,
     EXIT_ABSENT,
@@ -54,10 +55,8 @@ from .shell_attempt import (
 
 def cmd_describe(session: Session, args: list[str]) -> int:
     """Print the runner description exactly as ``Runner.main --describe`` does."""
-    from . import codec
-
     count_args(args, 0, 0, "describe")
-    session.out.write(codec.dumps(session.runner().description()) + "\n")
+    session.runner().description(session.out)  # Runner.description prints it (spec 002)
     return EXIT_OK
 
 
@@ -247,8 +246,8 @@ def cmd_template_render(session: Session, args: list[str]) -> int:
     try:
         rendered = render_template(args[0], values, output)
     except KeyError as error:
-        # A placeholder without a value is the legitimately absent answer (status 1), as documented.
-        sys.stderr.write(f"httk_template_render: {error.args[0] if error.args else error}\n")
+        # A placeholder without a value is the legitimately absent answer: status 1, silent like every
+        # other absent answer, so a loop that renders past the end of an array leaves no error-like line.
         raise Absent(str(error)) from None
     if output is None:
         session.out.write(rendered)
@@ -326,10 +325,12 @@ COMMANDS: dict[str, Callable[[Session, list[str]], int]] = {
     "decompress": cmd_decompress,
     "libpath": cmd_libpath,
     "batch": cmd_batch,
+    **shell_vasp.COMMANDS,
 }
 
 
-_UTILITIES = frozenset({"calc", "template_render", "compress", "decompress"})
+#: Commands whose function is spelled ``httk_NAME`` rather than ``httk_workflow_NAME``.
+_UTILITIES = frozenset({"calc", "template_render", "compress", "decompress", *shell_vasp.COMMANDS})
 
 
 def command_name(word: str) -> str:

@@ -35,8 +35,9 @@ from typing import TextIO
 
 #: Output longer than this goes through a file: Bash reads a pipe one byte at a time.
 INLINE_LIMIT = 16384
-#: Commands that must own the caller's real stdin/stdout/stderr; the library never sends them.
-ONE_SHOT = frozenset({"run", "batch", "describe"})
+#: Commands that must own the caller's real stdin/stdout/stderr, or (``vasp_run``) supervise a program for
+#: hours in a process of their own; the library never sends them.
+ONE_SHOT = frozenset({"run", "batch", "describe", "vasp_run"})
 #: Variables an interpreter reads at start-up (its path, encoding, locale): a call whose values differ
 #: from the co-process's own start is run one-shot, in an interpreter started the way it asks.
 _INTERPRETER_PREFIXES = ("PYTHON", "LC_", "LANG", "HTTK_WORKFLOW_PYTHON")

@@ -14,10 +14,8 @@ back to three plain renames, which are not atomic.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
-import shutil
 import stat
 import sys
 import time
@@ -29,12 +27,17 @@ from httk.workflow.ports import DOCUMENT_LIMIT, DocumentTooLarge, Entry, FileSta
 from .renames import (
     _AT_FDCWD,
     _RENAME_NOREPLACE,
-    _RENAMEAT2,
     _UNSUPPORTED,
     _os_error,
     _temp_sibling,
     exchange_names,
+    last_errno,
+    renameat2,
 )
+from .tree_copy import copy_entry
+from .tree_copy import fsync_dir as _fsync_dir
+from .tree_copy import fsync_file as _fsync_file
+from .tree_copy import sync_dir_tree as _sync_dir_tree
 
 T = TypeVar("T")
 
@@ -184,22 +187,18 @@ def _overlapped(function: Callable[[str], None], paths: Sequence[str]) -> None:
     # Imported on use: a runner, which loads this module at start-up, never group-commits.
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(_SYNC_THREADS, len(paths))) as pool:
-        for _ in pool.map(function, paths):  # re-raises the first failure
-            pass
+    # One task per thread, each taking the next path from one shared iterator (a list iterator's
+    # next() is atomic under the GIL): a task per path cost a queue hand-off, and its futex calls, per path.
+    pending = iter(paths)
 
+    def drain() -> None:
+        for path in pending:
+            function(path)
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    except OSError as error:
-        # Some filesystems (several network and FUSE ones) refuse fsync on a directory;
-        # their rename is already as durable as they can make it.
-        if error.errno != errno.EINVAL:
-            raise
-    finally:
-        os.close(fd)
+    workers = min(_SYNC_THREADS, len(paths))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(drain) for _ in range(workers)]:
+            future.result()  # re-raises the first failure (the other threads go on with the rest)
 
 
 class PosixFilesystem:
@@ -207,7 +206,12 @@ class PosixFilesystem:
 
     def __init__(self, *, use_renameat2: bool = True) -> None:
         """``use_renameat2=False`` forces the link/unlink fallback (for tests and odd filesystems)."""
-        self._renameat2 = _RENAMEAT2 if use_renameat2 else None
+        self._use_renameat2 = use_renameat2
+
+    @property
+    def _renameat2(self) -> Callable[..., int] | None:
+        # Loaded on the first rename, not at construction: a read command never renames.
+        return renameat2() if self._use_renameat2 else None
 
     def read_bytes(self, path: str) -> bytes:
         """The whole content of ``path``."""
@@ -329,9 +333,8 @@ class PosixFilesystem:
 
     def _publish(self, path: str, data: bytes, *, durable: bool, replace: bool) -> None:
         directory = os.path.dirname(path)
-        self._ensure_dir(directory, durable=durable)
         temp = _temp_sibling(path)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = self._create(temp, directory, durable=durable)
         try:
             try:
                 _write_all(fd, data)
@@ -353,10 +356,22 @@ class PosixFilesystem:
     def create_empty(self, path: str, *, durable: bool) -> None:
         """Create a zero-length file; ``FileExistsError`` if the name exists."""
         directory = os.path.dirname(path)
-        self._ensure_dir(directory, durable=durable)
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        os.close(self._create(path, directory, durable=durable))
         if durable:
             _fsync_dir(directory)
+
+    def _create(self, path: str, directory: str, *, durable: bool) -> int:
+        """A descriptor of the new file ``path`` in ``directory``, which is made (as ``_ensure_dir``) if missing.
+
+        The open comes first: the directory nearly always exists, and a missing one is the
+        open's own ENOENT (ENOTDIR: a file in the way, which ``_ensure_dir`` then refuses).
+        """
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            return os.open(path, flags, 0o666)
+        except (FileNotFoundError, NotADirectoryError):
+            self._ensure_dir(directory, durable=durable)
+        return os.open(path, flags, 0o666)
 
     def rename(self, source: str, destination: str, *, durable: bool) -> None:
         """Move ``source`` to ``destination`` without ever overwriting; see the port for errors."""
@@ -384,7 +399,7 @@ class PosixFilesystem:
             )
             if result == 0:
                 return
-            code = ctypes.get_errno()
+            code = last_errno()
             if code not in _UNSUPPORTED:
                 raise _os_error(code, source, destination)
         self._rename_fallback(source, destination)
@@ -500,6 +515,8 @@ class PosixFilesystem:
             if not isinstance(error, FileNotFoundError):
                 raise error
 
+        import shutil  # here, not at the top: shutil (bz2, lzma, fnmatch) is a cost every read command would pay
+
         if sys.version_info >= (3, 12):
             shutil.rmtree(path, onexc=tolerate_vanished)
         else:
@@ -510,7 +527,11 @@ class PosixFilesystem:
         os.symlink(target, path)
 
     def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
-        """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once."""
+        """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once.
+
+        The copy is what ``shutil.copytree(symlinks=True)`` makes (:func:`.tree_copy.copy_entry`:
+        bytes, modes, times, extended attributes; a FIFO, socket or device refused).
+        """
         if os.path.lexists(destination):
             raise _os_error(errno.EEXIST, destination)
         info = os.lstat(source)
@@ -518,12 +539,7 @@ class PosixFilesystem:
         self._ensure_dir(parent, durable=durable)
         temp = _temp_sibling(destination)
         try:
-            if stat.S_ISDIR(info.st_mode):
-                shutil.copytree(source, temp, symlinks=True)
-            elif stat.S_ISLNK(info.st_mode):
-                os.symlink(os.readlink(source), temp)
-            else:
-                shutil.copy2(source, temp)
+            copy_entry(source, temp, info)
             if durable:
                 self.sync_tree(temp)
             self._rename_noreplace(temp, destination)
@@ -534,26 +550,16 @@ class PosixFilesystem:
             _fsync_dir(parent)
 
     def sync_tree(self, path: str) -> None:
-        """fsync every file and directory below ``path`` (and ``path`` itself); symlinks are skipped."""
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            return
-        if not stat.S_ISDIR(info.st_mode):
-            self._fsync_file(path)
-            return
-        for directory, _subdirs, files in os.walk(path, topdown=False):
-            for name in files:
-                file_path = os.path.join(directory, name)
-                if not os.path.islink(file_path):
-                    self._fsync_file(file_path)
-            _fsync_dir(directory)
+        """fsync every regular file and directory below ``path`` (and ``path`` itself), children first.
 
-    def _fsync_file(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        Symlinks are skipped; a FIFO, socket or device has no data to sync and is never
+        opened (the open of a FIFO would block).
+        """
+        mode = os.lstat(path).st_mode
+        if stat.S_ISDIR(mode):
+            _sync_dir_tree(path)
+        elif stat.S_ISREG(mode):
+            _fsync_file(path)
 
     def fsync_dir(self, path: str) -> None:
         """fsync the directory ``path`` so its entries (creations, renames) are durable."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import os
 import uuid
 
 
@@ -13,4 +13,5 @@ class UuidIds:
         return str(uuid.uuid4())
 
     def new_hex(self, digits: int) -> str:
-        return secrets.token_hex((digits + 1) // 2)[:digits]
+        # os.urandom, as secrets.token_hex does, without importing secrets (hmac, hashlib, random) at start-up.
+        return os.urandom((digits + 1) // 2).hex()[:digits]

@@ -1,15 +1,16 @@
 """``renameat2`` for the POSIX filesystem adapter: the no-replace rename's flag and the atomic exchange.
 
-``renameat2`` is loaded from libc with ctypes once; :mod:`.fs_posix` uses it for
-``RENAME_NOREPLACE`` (its fenced rename) and :func:`exchange_names` for
-``RENAME_EXCHANGE``. Where the kernel or the filesystem refuses a flag as
-unsupported, each falls back to plain calls, as their docstrings say.
+``renameat2`` is loaded from libc with ctypes on its first use (:func:`renameat2`,
+so a command that renames nothing, such as ``workspace status``, never imports
+ctypes); :mod:`.fs_posix` uses it for ``RENAME_NOREPLACE`` (its fenced rename) and
+:func:`exchange_names` for ``RENAME_EXCHANGE``. Where the kernel or the filesystem
+refuses a flag as unsupported, each falls back to plain calls, as their docstrings say.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import functools
 import os
 from collections.abc import Callable
 
@@ -20,8 +21,11 @@ _RENAME_EXCHANGE = 2
 _UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 
 
-def _load_renameat2() -> Callable[..., int] | None:
-    """The libc ``renameat2`` function, or ``None`` where libc does not export it."""
+@functools.cache
+def renameat2() -> Callable[..., int] | None:
+    """The libc ``renameat2`` function, or ``None`` where libc does not export it (loaded once, when first asked)."""
+    import ctypes
+
     try:
         function = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
@@ -31,7 +35,11 @@ def _load_renameat2() -> Callable[..., int] | None:
     return function
 
 
-_RENAMEAT2 = _load_renameat2()
+def last_errno() -> int:
+    """The ``errno`` the last :func:`renameat2` call of this thread left (ctypes' private copy)."""
+    import ctypes  # already imported by renameat2(), whose call this follows
+
+    return ctypes.get_errno()
 
 
 def _temp_sibling(path: str) -> str:
@@ -58,7 +66,7 @@ def exchange_names(renameat2: Callable[..., int] | None, first: str, second: str
     if renameat2 is not None:
         if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
             return
-        code = ctypes.get_errno()
+        code = last_errno()
         if code not in _UNSUPPORTED:
             raise _os_error(code, first, second)
     for path in (first, second):

@@ -63,7 +63,7 @@ def submit_bulk(
         payloads += read_list(from_file)
         if not payloads:
             refuse(f"{from_file} names no payload; list one payload directory per line")
-    handle = app.open_workspace(workspace)
+    handle = app.open_workspace(workspace, create=True)
     sources = [app.absolute(payload) for payload in payloads]
     try:
         with progress_bar(len(sources), as_json=as_json) as bar:

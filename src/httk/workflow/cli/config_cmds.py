@@ -14,7 +14,12 @@ from .render import EXIT_CODES, Group, emit_json
 
 @click.group("config", cls=Group)
 def config() -> None:
-    """This installation's operator settings."""
+    """This installation's operator settings.
+
+    \b
+    Example:
+      httk workflow config init
+    """
 
 
 @config.command("init", epilog=EXIT_CODES)

@@ -20,8 +20,8 @@ import attrs
 import click
 
 from ..bootstrap import Container, default_container, remote_adapters
-from ..operations.remotes import split_reference
-from ..store.workspaces import FORWARDED_ENV, WorkspaceError, WorkspaceHandle, WorkspaceService
+from ..operations.remote_reference import split_reference
+from ..store.workspaces import FORWARDED_ENV, WorkspaceError, WorkspaceHandle, WorkspaceService, spelled
 from .defaults import default_workspace_path, registry_path, remotes_dir
 
 if TYPE_CHECKING:
@@ -110,11 +110,23 @@ class AppContext:
             )
         return self.absolute(reference)
 
-    def open_workspace(self, path: str | None) -> WorkspaceHandle:
-        """Attach a workspace; when omitted, the recorded default or the per-user default (created on first use)."""
+    def open_workspace(self, path: str | None, *, create: bool = False) -> WorkspaceHandle:
+        """Attach a workspace; when omitted, the recorded default or else the per-user default.
+
+        A command that writes (``create``: submit, run, publish ...) creates the per-user
+        default on first use; a read-only one refuses while it does not exist, since
+        reading never writes (spec 000 "Checking and repairing", "Inspecting jobs").
+        """
         resolved = self.resolve(path)
         if path is None and resolved == self.default_workspace():
-            return self.workspaces.init(resolved, remote=self.forwarded_as)
+            if create:
+                return self.workspaces.init(resolved, remote=self.forwarded_as)
+            if not os.path.lexists(resolved):
+                raise WorkspaceError(
+                    "the default workspace does not exist yet: nothing has been submitted; "
+                    f"'httk workflow workspace init {spelled(self.forwarded_as, resolved)}' or a first "
+                    "'job submit' creates it"
+                )
         return self.workspaces.open(resolved, remote=self.forwarded_as)
 
 

@@ -30,6 +30,8 @@ from .render import (
     emit_pairs,
     emit_table,
     exit_codes_damage,
+    log_level_option,
+    log_levels,
     refuse,
     timestamp,
     value_text,
@@ -40,7 +42,14 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JS
 
 @click.group("job", cls=Group)
 def job() -> None:
-    """Submit and inspect jobs."""
+    """Submit and inspect jobs.
+
+    \b
+    Examples:
+      httk workflow job submit runs ./prepared-job --placement project-a
+      httk workflow job list runs --kind failed
+      httk workflow job why runs silicon
+    """
 
 
 def split_workspace(ctx: click.Context, args: Sequence[str], what: str) -> tuple[str | None, str]:
@@ -105,7 +114,7 @@ def submit(
                     as_json=as_json)
         return
     workspace, payload = split_workspace(click.get_current_context(), args, "PAYLOAD")
-    handle = app.open_workspace(workspace)
+    handle = app.open_workspace(workspace, create=True)
     result = submit_payload(
         handle, app.absolute(payload), placement, move=move, tag=tag, allow_missing_runner=allow_missing_runner
     )
@@ -155,7 +164,7 @@ def new(
 
         if name is not None or assignments:
             refuse("--language/--flow submit a flow; give either them or --workflow/--input, not both")
-        new_language_job(app.open_workspace(workspace), language or "jobflow", flow_reference, tag=tag,
+        new_language_job(app.open_workspace(workspace, create=True), language or "jobflow", flow_reference, tag=tag,
                          placement=placement, as_json=as_json)
         return
     if name is None:
@@ -164,7 +173,7 @@ def new(
     from ..operations.workflows import WorkflowError, new_job
     from .workflow_cmds import catalog
 
-    handle = app.open_workspace(workspace)
+    handle = app.open_workspace(workspace, create=True)
     try:
         created = new_job(
             handle, catalog(handle), name, assignments, cwd=os.getcwd(), tag=tag, placement=placement
@@ -294,6 +303,12 @@ def _show_text(report: dict[str, Any]) -> None:
     if report.get("reason"):
         pairs.append(("reason", report["reason"]))
     emit_pairs(pairs)
+    headlines = report.get("headlines")
+    if headlines:
+        # Spec 002: headline events are meant to be read first when the job is inspected.
+        click.echo("headlines (latest attempt):")
+        for event in headlines:
+            click.echo(f"  {_headline_text(event)}")
     budgets = report.get("budgets")
     if budgets:
         click.echo("budgets:")
@@ -311,6 +326,11 @@ def _show_text(report: dict[str, Any]) -> None:
             click.echo(f"  {child.get('label') or '-'}  {child.get('job_key') or '-'}  {child['kind']}")
     click.echo("paths:")
     emit_pairs([(name, value) for name, value in report["paths"].items() if name != "workdir_exists"], "  ")
+
+
+def _headline_text(event: dict[str, Any]) -> str:
+    """``TIME [STEP] LABEL: MESSAGE`` of one run-log headline event."""
+    return f"{timestamp(event.get('time'))} [{event.get('step') or '-'}] {event.get('label')}: {event.get('message')}"
 
 
 def _last_change(report: dict[str, Any]) -> str:
@@ -470,12 +490,13 @@ Exit status:
 @click.option("--step", help="Start a fresh payload at this step instead of its initial step.")
 @click.option("--placement", default="debug", show_default=True, help="Where a fresh payload is submitted.")
 @click.option("--follow-children", is_flag=True, help="Also drive the children a waiting job spawned, then resume it.")
-@click.option("--log-level", default="error", show_default=True, help="The private manager's console log level.")
+@log_level_option("Show the private manager's own log at this level (default: errors only on the console).")
 @pass_app
 @remote_aware(("job", "debug"), "args", trailing=1, local_paths=[LocalPaths("args", index=-1, kind="payload")],
               unbounded=True)
 def debug(
-    app: AppContext, args: tuple[str, ...], step: str | None, placement: str, follow_children: bool, log_level: str
+    app: AppContext, args: tuple[str, ...], step: str | None, placement: str, follow_children: bool,
+    log_level: str | None,
 ) -> None:
     """Drive exactly one job to a stop in the foreground, streaming its attempts' output.
 
@@ -486,17 +507,22 @@ def debug(
     """
     from ..bootstrap import build_manager
     from ..engine.manager import ManagerConfig
-    from ..operations.debug import DebugError, Debugger
+    from ..operations.debug import DebugError, Debugger, check_holder
     from ..operations.submission import submit as submit_payload
 
     workspace_path, target = split_workspace(click.get_current_context(), args, "PAYLOAD|JOB")
-    handle = app.open_workspace(workspace_path)
     candidate = app.absolute(target)
-    if os.path.isdir(candidate) and os.path.exists(os.path.join(candidate, "job.json")):
+    fresh = os.path.isdir(candidate) and os.path.exists(os.path.join(candidate, "job.json"))
+    handle = app.open_workspace(workspace_path, create=fresh)  # only a fresh payload is a first submission
+    if fresh:
         marker = submit_payload(handle, candidate, placement).marker
         click.echo(f"[debug] submitted {marker.key} at {placement}")
     else:
         marker = inspection.resolve_job(handle, target)
+        # Before the private manager exists, so that a refusal writes nothing.
+        note = check_holder(handle, marker, app.container.process())
+        if note is not None:
+            click.echo(f"[debug] {note}")
     spec = handle.store.read_job(marker).spec
     if spec is None:
         raise DebugError(f"job {marker.key}: job.json is unreadable; run 'httk workflow workspace fsck'")
@@ -506,7 +532,7 @@ def debug(
         capabilities=tuple(spec.capabilities),
         executors=(spec.executor,),
         poll_interval=0.1,
-        log_level=log_level,
+        **log_levels(log_level, console="error"),  # quiet by default: the job's own output stands out
     )
     manager = build_manager(app.container, handle, config)
     debugger = Debugger(

@@ -1,4 +1,4 @@
-"""The console scripts: ``httk`` (group ``workflow``) and ``httk-taskmanager``.
+"""The command trees of the console scripts: ``httk`` (group ``workflow``) and ``httk-taskmanager``.
 
 The command groups are loaded lazily: ``httk workflow`` knows each command only
 as ``module:attribute`` (:data:`WORKFLOW_COMMANDS`) and imports that module when
@@ -12,6 +12,10 @@ still lists every command (it asks for each). A command registered eagerly with
 objects of the canonical spelling, looked up when invoked, so the two spellings
 cannot disagree. Spec: 000 (every command is spelled ``httk workflow ...``; the
 alias maps onto the same tree).
+
+The console scripts enter through :mod:`.entry`, which imports this module with
+the garbage collector paused and freezes what exists afterwards (a start-up
+saving); importing this module itself changes nothing process-wide.
 """
 
 from __future__ import annotations
@@ -45,13 +49,28 @@ WORKFLOW_COMMANDS: dict[str, str] = {
 @click.version_option(package_name="httk-workflow")
 @click.pass_context
 def httk(ctx: click.Context) -> None:
-    """httk command line."""
+    """httk command line.
+
+    \b
+    Examples:
+      httk workflow workspace init ./runs --name runs
+      httk workflow job submit runs ./prepared-job --placement project-a
+      httk workflow run runs --workers 8
+    """
     ensure_app(ctx)
 
 
 @httk.group("workflow", cls=LazyGroup, lazy=WORKFLOW_COMMANDS)
 def workflow() -> None:
-    """Filesystem-native workflow task manager: workspaces, jobs, runners, managers."""
+    """Filesystem-native workflow task manager: workspaces, jobs, runners, managers.
+
+    \b
+    Examples:
+      httk workflow workspace init ./runs --name runs
+      httk workflow job submit runs ./prepared-job --placement project-a
+      httk workflow run runs --workers 8
+      httk workflow workspace status runs
+    """
 
 
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -92,5 +111,12 @@ class AliasGroup(Group):
 @click.version_option(package_name="httk-workflow")
 @click.pass_context
 def taskmanager(ctx: click.Context) -> None:
-    """Task manager shortcuts: aliases of 'httk workflow' commands."""
+    """Task manager shortcuts: aliases of 'httk workflow' commands.
+
+    \b
+    Examples:
+      httk-taskmanager init ./runs
+      httk-taskmanager submit runs ./prepared-job --placement project-a
+      httk-taskmanager run runs --workers 8
+    """
     ensure_app(ctx)

@@ -25,7 +25,7 @@ from ..operations.remotes import RemoteError, split_reference
 from .context import AppContext, pass_app
 from .progress import manager_line
 from .remote_refs import remote_aware
-from .render import EXIT_CODES, EXIT_CODES_RUN, CliError, Group, emit_json
+from .render import EXIT_CODES, EXIT_CODES_RUN, CliError, Group, emit_json, log_level_option, log_levels
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,12 +97,8 @@ _OPTIONS: tuple[Callable[[Any], Any], ...] = (
         show_default=True,
         help="Seconds to keep committing outcomes after the first SIGTERM/SIGINT.",
     ),
-    click.option(
-        "--log-level",
-        type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-        default="info",
-        show_default=True,
-        help="Level of the manager log file; the console also shows warnings and errors.",
+    log_level_option(
+        "Set both the console and the log file to this level (default: console warning, file info).",
     ),
     click.option("--log-file", help="Write the manager log here instead of .httk-workflow/managers/ID/log."),
     click.option("--json-logs", is_flag=True, help="One JSON object per log line."),
@@ -155,7 +151,7 @@ def run(app: AppContext, workspace: str | None, **options: Any) -> None:
         if options.pop(name) not in (None, False):
             raise CliError(f"{flag} is for a workspace on a remote (run REMOTE:WS {flag} ...); a local run is "
                            "one manager in the foreground: start more in other shells")
-    handle = app.open_workspace(workspace)
+    handle = app.open_workspace(workspace, create=True)
     config = ManagerConfig(
         # The same rule as a remote manager's batch script: --workers, else manager.workers, else 1.
         workers=resolve_workers(handle.settings(), options["workers"]),
@@ -172,7 +168,7 @@ def run(app: AppContext, workspace: str | None, **options: Any) -> None:
         idle_timeout=options["idle_timeout"],
         runner_search_paths=tuple(app.absolute(path) for path in options["runner_search_paths"]),
         drain_timeout=options["drain_timeout"],
-        log_level=options["log_level"].lower(),
+        **log_levels(options["log_level"]),
         log_file=app.absolute(options["log_file"]) if options["log_file"] else None,
         json_logs=options["json_logs"],
         gc_interval=options["gc_interval"],
@@ -185,7 +181,13 @@ def run(app: AppContext, workspace: str | None, **options: Any) -> None:
 
 @click.group("manager", cls=Group)
 def manager() -> None:
-    """Run task managers."""
+    """Run task managers.
+
+    \b
+    Examples:
+      httk workflow manager run runs --pool vasp --idle
+      httk workflow manager status kappa:runs
+    """
 
 
 manager.add_command(run)

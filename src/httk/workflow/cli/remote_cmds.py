@@ -35,7 +35,13 @@ EXIT_CODES_CHECK = (
 
 @click.group("remote", cls=Group)
 def remote() -> None:
-    """Configure and check the machines workspaces and managers can live on."""
+    """Configure and check the machines workspaces and managers can live on.
+
+    \b
+    Examples:
+      httk workflow remote add kappa --template ssh-slurm
+      httk workflow remote check kappa runs
+    """
 
 
 def _summary(item: Remote) -> dict[str, Any]:

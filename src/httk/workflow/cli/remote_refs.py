@@ -29,7 +29,7 @@ import attrs
 import click
 from click.core import ParameterSource
 
-from ..operations.remotes import RemoteError, RemoteReference, split_reference
+from ..operations.remote_reference import RemoteError, RemoteReference, split_reference
 from .context import AppContext
 from .render import emit_json
 
@@ -218,7 +218,7 @@ def submit_manager(app: AppContext, reference: RemoteReference) -> None:
     managers, as_json = ctx.params["managers"], ctx.params["as_json"]
     manager_args = option_argv(ctx, exclude=("workers", "managers", "as_json"))
     from ..operations.forwarding import manager_script, save_scripts, unresolved_settings
-    from ..operations.manager_submission import submit_managers
+    from ..operations.manager_submission import already_serving, serving_note, submit_managers
 
     def warn(line: str) -> None:
         click.echo(f"warning: {line}", err=True)
@@ -229,13 +229,17 @@ def submit_manager(app: AppContext, reference: RemoteReference) -> None:
         # these jobs at once: say so, with the fix, before the batch job is queued.
         for entry in unresolved_settings(session, composed.workspace, warn):
             warn(f"remote {reference.remote}: {entry['message']}")
+        # Many managers may serve one workspace, so this is no refusal; but a second run is not silent.
+        serving = already_serving(session, composed.workspace, composed.workdir)
+        if serving:
+            click.echo(f"note: {serving_note(session.batch, serving, str(reference), reference.remote)}", err=True)
         submission = submit_managers(session.batch, composed.script, workdir=composed.workdir,
                                      requested=managers or 1, settings=composed.settings, workspace=str(reference))
         save_scripts(session, composed.workdir, composed.script, submission.job_ids, warn=warn)
     path = composed.workspace
     if as_json:
         emit_json({"remote": reference.remote, "workspace": path, "batch": session.batch.name,
-                   **submission.as_json()})
+                   **submission.as_json(), "already_serving": [manager.as_json() for manager in serving]})
         return
     for job_id in submission.job_ids:
         click.echo(f"submitted {session.batch.name} job {job_id} on {reference.remote}: a manager for {path}")

@@ -96,6 +96,23 @@ EXIT_CODES_RUN = (
     "  2  refused or bad input before the manager started (one 'error: ...' line on stderr)"
 )
 
+#: ``--log-level`` of every command that starts a manager (``run``, ``manager run``, ``job debug``).
+#: Unset: the console shows warnings (``job debug``: errors only) and the file the info-level record;
+#: ``--log-level LEVEL`` raises or lowers both to exactly LEVEL (spec 000 "Run").
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def log_level_option(help_text: str) -> Any:
+    """The one ``--log-level`` option, with the shared choices; unset means the command's default."""
+    return click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help=help_text)
+
+
+def log_levels(requested: str | None, *, console: str = "warning") -> dict[str, str]:
+    """``ManagerConfig`` keyword arguments for ``--log-level``: the console and the file level."""
+    if requested is None:
+        return {"console_log_level": console, "file_log_level": "info"}
+    return {"console_log_level": requested.lower(), "file_log_level": requested.lower()}
+
 
 class CliError(click.ClickException):
     """A refusal rendered as one ``error: ...`` line on stderr with exit status 2."""

@@ -18,7 +18,12 @@ from .render import EXIT_CODES, Group, emit_json
 
 @click.group("runner", cls=Group)
 def runner() -> None:
-    """Manage the workspace runner store."""
+    """Manage the workspace runner store.
+
+    \b
+    Example:
+      httk workflow runner publish ./relax.py --workspace runs --name relax.py
+    """
 
 
 @runner.command("publish", epilog=EXIT_CODES)
@@ -40,7 +45,7 @@ def publish(app: AppContext, path: str, workspace: str | None, name: str | None,
     Example:
       httk workflow runner publish ./relax.py --workspace runs --name relax.py
     """
-    handle = app.open_workspace(workspace)
+    handle = app.open_workspace(workspace, create=True)
     source = app.absolute(path)
     reference = publish_runner(
         handle.fs,

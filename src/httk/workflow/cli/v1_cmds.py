@@ -22,7 +22,12 @@ from .render import EXIT_CODES, Group, emit_json, refuse
 
 @click.group("v1", cls=Group)
 def v1() -> None:
-    """Run unchanged httk v1 tasks (docs/v1_compatibility.md)."""
+    """Run unchanged httk v1 tasks (docs/v1_compatibility.md).
+
+    \b
+    Example:
+      httk workflow v1 convert ./ht.task.any.si.start.0.unclaimed.3.waitstart --workspace runs
+    """
 
 
 @v1.command("convert", epilog=EXIT_CODES)
@@ -47,7 +52,7 @@ def convert_command(
     """
     if output is not None and placement is not None:
         refuse("--placement submits the job and --output only writes the payload; give one of them")
-    handle = app.open_workspace(workspace)
+    handle = app.open_workspace(workspace, create=True)
     source = os.path.abspath(directory)
     target = os.path.abspath(output) if output is not None else None
     try:

@@ -26,7 +26,13 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JS
 
 @click.group("workflow", cls=Group)
 def workflow_group() -> None:
-    """List and describe the workflows a job can be started from (see 'job new')."""
+    """List and describe the workflows a job can be started from (see 'job new').
+
+    \b
+    Examples:
+      httk workflow workflow list
+      httk workflow workflow show vasp-relax runs
+    """
 
 
 def catalog(handle: WorkspaceHandle) -> Catalog:
@@ -46,7 +52,9 @@ def list_workflows(app: AppContext, workspace: str | None, as_json: bool) -> Non
       httk workflow workflow list
       httk workflow workflow list kappa:runs
     """
-    handle = app.open_workspace(workspace)
+    # A new user lists the shipped workflows before anything is submitted: the catalog
+    # lives in a workspace, so the per-user default is created here as a first submit would.
+    handle = app.open_workspace(workspace, create=True)
     entries = catalog(handle).entries()
     if as_json:
         emit_json([_summary(entry) for entry in entries])
@@ -78,7 +86,7 @@ def show_workflow(app: AppContext, name: str, workspace: str | None, as_json: bo
     Example:
       httk workflow workflow show vasp-relax runs
     """
-    handle = app.open_workspace(workspace)
+    handle = app.open_workspace(workspace, create=True)  # as ``workflow list``
     try:
         entry = catalog(handle).get(name)
         # This environment as it is: ``--describe`` runs where the user runs this command.

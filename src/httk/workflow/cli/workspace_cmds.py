@@ -35,7 +35,14 @@ JSON_VALUE_OPTION = click.option("--json", "as_json", is_flag=True, help="Print 
 #: ``workspace report`` and ``workspace diff`` read the journal history; imported when used.
 @click.group("workspace", cls=LazyGroup, lazy={"report": "report_cmds:report", "diff": "report_cmds:diff"})
 def workspace() -> None:
-    """Create, inspect and configure workspaces."""
+    """Create, inspect and configure workspaces.
+
+    \b
+    Examples:
+      httk workflow workspace init ./runs --name runs
+      httk workflow workspace status runs
+      httk workflow workspace fsck runs
+    """
 
 
 @workspace.command("init", epilog=EXIT_CODES)
@@ -205,8 +212,9 @@ def list_workspaces(app: AppContext, remote: str | None, as_json: bool) -> None:
 @workspace.command("default", epilog=EXIT_CODES)
 @click.argument("name", required=False)
 @click.option("--unset", is_flag=True, help="Go back to the per-user default workspace.")
+@JSON_OPTION
 @pass_app
-def default(app: AppContext, name: str | None, unset: bool) -> None:
+def default(app: AppContext, name: str | None, unset: bool, as_json: bool) -> None:
     """Show, or record, the workspace used when a command omits WORKSPACE.
 
     \b
@@ -214,18 +222,24 @@ def default(app: AppContext, name: str | None, unset: bool) -> None:
       httk workflow workspace default runs
       httk workflow workspace default --unset
     """
+    previous = app.registry.default() or "default"
     if unset:
         app.registry.set_default(None)
     elif name is not None:
         app.registry.set_default(name)
     chosen = app.registry.default() or "default"
+    if as_json:
+        emit_json({"default": chosen, "path": app.registry.lookup(chosen), "previous": previous,
+                   "changed": chosen != previous})
+        return
     click.echo(f"{chosen} {app.registry.lookup(chosen)}")
 
 
 @workspace.command("forget", epilog=EXIT_CODES)
 @click.argument("name")
+@JSON_OPTION
 @pass_app
-def forget(app: AppContext, name: str) -> None:
+def forget(app: AppContext, name: str, as_json: bool) -> None:
     """Deregister NAME; the workspace directory itself is left untouched.
 
     \b
@@ -233,14 +247,18 @@ def forget(app: AppContext, name: str) -> None:
       httk workflow workspace forget runs
     """
     path = app.registry.forget(name)
+    if as_json:
+        emit_json({"forgot": name, "path": path})
+        return
     click.echo(f"forgot {name} ({path} is untouched)")
 
 
 @workspace.command("delete", epilog=EXIT_CODES)
 @click.argument("reference")
 @click.option("--force", is_flag=True, help="Required: really destroy the workspace and everything in it.")
+@JSON_OPTION
 @pass_app
-def delete(app: AppContext, reference: str, force: bool) -> None:
+def delete(app: AppContext, reference: str, force: bool, as_json: bool) -> None:
     """Destroy a workspace (by name or path) and deregister it. Refused while a manager is live.
 
     \b
@@ -259,13 +277,22 @@ def delete(app: AppContext, reference: str, force: bool) -> None:
     app.container.fs().rmtree(handle.root)
     if name is not None and name != "default":
         app.registry.forget(name)
+    if as_json:
+        emit_json({"deleted": handle.root, "forgot": name})
+        return
     click.echo(f"deleted {handle.root}" + (f" and forgot {name}" if name else ""))
 
 
 # -- policy ------------------------------------------------------------------------------------
 @workspace.group("policy", cls=Group)
 def policy() -> None:
-    """Show or change the workspace's engine policy (format.json)."""
+    """Show or change the workspace's engine policy (format.json).
+
+    \b
+    Examples:
+      httk workflow workspace policy show runs
+      httk workflow workspace policy set runs lease_seconds 1800
+    """
 
 
 @policy.command("show", epilog=EXIT_CODES)
@@ -323,7 +350,13 @@ def policy_set(app: AppContext, workspace: str, key: str, value: str, as_json: b
 # -- settings ----------------------------------------------------------------------------------
 @workspace.group("settings", cls=Group)
 def settings() -> None:
-    """Show or change the workspace's application settings (settings.json)."""
+    """Show or change the workspace's application settings (settings.json).
+
+    \b
+    Examples:
+      httk workflow workspace settings show runs
+      httk workflow workspace settings set runs vasp.command '"srun -n 32 vasp_std"'
+    """
 
 
 @settings.command("show", epilog=EXIT_CODES)
@@ -364,9 +397,10 @@ def parse_setting_value(text: str) -> Any:
 @click.argument("workspace")
 @click.argument("name")
 @click.argument("value")
+@JSON_OPTION
 @pass_app
 @remote_aware(("workspace", "settings", "set"))
-def settings_set(app: AppContext, workspace: str, name: str, value: str) -> None:
+def settings_set(app: AppContext, workspace: str, name: str, value: str, as_json: bool) -> None:
     """Set setting NAME to VALUE (JSON, or a plain string when it is not valid JSON).
 
     \b
@@ -377,15 +411,19 @@ def settings_set(app: AppContext, workspace: str, name: str, value: str) -> None
     handle = app.open_workspace(workspace)
     parsed = parse_setting_value(value)
     handle.set_setting(name, parsed)
+    if as_json:
+        emit_json({"workspace": handle.root, "name": name, "value": parsed})
+        return
     click.echo(f"{name} = {json.dumps(parsed, sort_keys=True, ensure_ascii=False)}")
 
 
 @settings.command("unset", epilog=EXIT_CODES)
 @click.argument("workspace")
 @click.argument("name")
+@JSON_OPTION
 @pass_app
 @remote_aware(("workspace", "settings", "unset"))
-def settings_unset(app: AppContext, workspace: str, name: str) -> None:
+def settings_unset(app: AppContext, workspace: str, name: str, as_json: bool) -> None:
     """Remove setting NAME (a name that is not set is not an error).
 
     \b
@@ -394,6 +432,9 @@ def settings_unset(app: AppContext, workspace: str, name: str) -> None:
     """
     handle = app.open_workspace(workspace)
     removed = handle.unset_setting(name)
+    if as_json:
+        emit_json({"workspace": handle.root, "name": name, "removed": bool(removed)})
+        return
     click.echo(f"{name} unset" if removed else f"{name} was not set")
 
 
@@ -447,8 +488,12 @@ def fsck(app: AppContext, workspace: str | None, repair: bool, quarantine_unrepa
         for problem in report["problems"]:
             job = f" job {problem['job']}" if problem["job"] else ""
             click.echo(f"{problem['code']}:{job} {problem['message']} [{problem['action']}] ({problem['path']})")
+        held = report.get("unfinished_transfers") or []
+        for transfer in held:  # a warning: it does not change the exit status
+            click.echo(f"warning {transfer['code']}: {transfer['message']} ({transfer['path']})")
         found, left = len(report["problems"]), report["left_for_operator"]
         state = "clean" if report["clean"] else f"{found} problem(s), {left} left"
+        state += f"; {len(held)} unfinished transfer(s) (a warning)" if held else ""
         click.echo(f"fsck {report['workspace']}: {report['markers_checked']} markers checked; {state}")
     raise SystemExit(1 if report["left_for_operator"] else 0)
 
@@ -460,10 +505,12 @@ def fsck(app: AppContext, workspace: str | None, repair: bool, quarantine_unrepa
 @pass_app
 @remote_aware(("workspace", "gc"))
 def gc(app: AppContext, workspace: str | None, dry_run: bool, as_json: bool) -> None:
-    """Collect aged attempt control directories, trash and journal history under policy.retention.
+    """Collect aged attempt control directories, trash, journal history, transfer ledgers and
+    stopped managers' directories under policy.retention; prune empty placement mirrors.
 
-    A retention limit left unset means keep. Safe against a live workspace: no marker or
-    payload is touched.
+    A retention limit left unset means keep; empty placement mirrors are pruned on every
+    run and counted apart. Safe against a live workspace: no marker or payload is touched,
+    and a manager that may still be live keeps its directory.
 
     \b
     Exit status:
@@ -478,13 +525,20 @@ def gc(app: AppContext, workspace: str | None, dry_run: bool, as_json: bool) -> 
 
     handle = app.open_workspace(workspace)
     with progress("gc", unit="entry", as_json=as_json) as bar:
-        report = GarbageCollector(handle, dry_run=dry_run, progress=bar.update).run()
+        report = GarbageCollector(handle, dry_run=dry_run, progress=bar.update,
+                                  process=app.container.process()).run()
     if as_json:
         emit_json(report)
         return
-    verb = "would remove" if dry_run else "removed"
+    verb, pruned = ("would remove", "would prune") if dry_run else ("removed", "pruned")
     for item in report["removed"]:
         click.echo(f"{verb} {item['category']}: {item['path']}")
+    for item in report["pruned"]:
+        click.echo(f"{pruned} {item['category']}: {item['path']}")
+    for item in report["left"]:
+        click.echo(f"left {item['category']}: {item['path']} ({item['reason']})")
     if not report["retention"]:
-        click.echo("no retention limits are set: nothing is collected (see 'workspace policy set ... retention.*')")
-    click.echo(f"gc {report['workspace']}: {verb} {report['count']} item(s)")
+        click.echo("no retention limits are set: only empty placement mirrors are collected "
+                   "(see 'workspace policy set ... retention.*')")
+    click.echo(f"gc {report['workspace']}: {verb} {report['count']} item(s); "
+               f"{pruned} {report['pruned_count']} empty placement mirror(s)")

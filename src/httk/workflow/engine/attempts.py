@@ -10,6 +10,7 @@ jobs", "Application settings"; docs/workflow_filesystem_api.md "Attempts".
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from collections.abc import Mapping
 from typing import Any
@@ -24,8 +25,17 @@ from ..ports import Filesystem
 from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec
 from ..store.layout import Layout
 from ..store.markers import Marker
-from ..store.policy import PolicyError, check_setting_name, check_setting_value, scalar_settings_env
+from ..store.policy import (
+    PolicyError,
+    check_setting_name,
+    check_setting_value,
+    collision_text,
+    env_collisions,
+    scalar_settings_env,
+)
 from ..store.runners import RunnerUnavailable, digest_mismatch, resolve_runner
+
+log = logging.getLogger("httk.workflow.manager")
 
 
 class LaunchRefused(Exception):
@@ -210,6 +220,10 @@ def prepare_attempt(
         # everything is durable before the launch transition records the attempt.
         fs.fsync_dirs(named)
     env = dict(settings.base_env)
+    for variable, names in env_collisions(workspace_settings).items():
+        log.warning("job %s: %s in settings.json; it is exported for neither (a runner reads both from "
+                    "context.json): unset one with 'httk workflow workspace settings unset'", marker.key,
+                    collision_text(variable, names))
     for name, value in scalar_settings_env(workspace_settings).items():
         # A real HTTK_* deployment override in the manager's environment outranks the workspace setting.
         env.setdefault(name, value)

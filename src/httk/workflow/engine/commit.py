@@ -236,10 +236,28 @@ def _parent_link(fs: Filesystem, layout: Layout, marker: Marker) -> dict[str, An
     return link if isinstance(link.get("job_id"), str) else None
 
 
+#: The failure code of a cancelled job as its parent's join sees it.
+CANCELLED_CODE = "cancelled"
+
+
+def child_failure(kind: StateKind, failure: Failure | None) -> Failure | None:
+    """The failure a parent's join reports for a child that ended ``kind`` with ``failure`` recorded.
+
+    Spec 001: every child carries "its published failure as the canonical Failure", and
+    ``a.children.failed`` holds the cancelled children too, so ``child.failure.code`` must work for
+    them. A cancel transition records no failure of its own (the frame may still hold the failure
+    of an attempt before it, which is not why the child ended), so a cancelled child's is this one.
+    """
+    if kind == StateKind.CANCELLED:
+        return Failure(CANCELLED_CODE, "the job was cancelled by an operator request")
+    return failure
+
+
 def _build_note(
     fs: Filesystem, layout: Layout, marker: Marker, link: dict[str, Any], failure: Failure | None,
     workdir: str | None, source: Marker | None,
 ) -> dict[str, Any]:
+    failure = child_failure(marker.kind, failure)
     payload = layout.payload(marker.placement, str(marker.key))
     try:
         data_mode = parse_job_bytes(fs.read_document(f"{payload}/job.json"), "job.json").data_mode

@@ -55,7 +55,10 @@ class ManagerConfig:
     runner_search_paths: tuple[str, ...] = ()
     drain_timeout: float = 60.0
     kill_grace: float = 10.0
-    log_level: str = "info"
+    #: Without ``--log-level`` the console shows warnings and the file keeps the info-level record;
+    #: ``--log-level LEVEL`` sets both (see cli/render.py log_levels).
+    console_log_level: str = "warning"
+    file_log_level: str = "info"
     log_file: str | None = None
     json_logs: bool = False
     gc_interval: float | None = None
@@ -179,6 +182,14 @@ class EngineContext:
         #: How often a pass made progress; the loop compares it across a pass cycle to detect idleness.
         self.progress = 0
         self._last_beat = -1e18
+        #: The encoded ``manager.json`` once published (:meth:`publish_manifest`); the heartbeat restores it.
+        self.manifest: bytes | None = None
+
+    def publish_manifest(self, data: bytes) -> None:
+        """Publish ``managers/<id>/manager.json`` (its directory made first) and keep it for the heartbeat."""
+        self.handle.fs.makedirs(self.directory)
+        self.handle.fs.write_atomic(f"{self.directory}/manager.json", data, durable=self.handle.durable)
+        self.manifest = data
 
     def owner_record(self) -> Owner:
         return Owner(manager_id=self.manager_id, host=self.host, lease_seconds=self.lease, claimed_at=self.clock.now())
@@ -193,6 +204,14 @@ class EngineContext:
         # Heartbeats are evidence, not protocol state: no fsync.
         data = codec.encode(codec.unstructure(beat))
         self.handle.fs.write_atomic(f"{self.directory}/heartbeat.json", data, durable=False)
+        # A manager stopped (SIGSTOP, a suspended host) past its lease and ``manager_days`` can
+        # have its directory collected; the write above recreated it holding the heartbeat
+        # alone. Without the manifest nothing lists it as serving, so publish it again: one
+        # existence check per heartbeat (at most once a second), none on the ticks in between.
+        if self.manifest is not None and not self.handle.fs.exists(f"{self.directory}/manager.json"):
+            log.warning("manager %s: its manifest was removed (its directory collected?); publishing it again",
+                        self.manager_id)
+            self.handle.fs.write_atomic(f"{self.directory}/manager.json", self.manifest, durable=self.handle.durable)
 
     def progressed(self) -> None:
         self.progress += 1

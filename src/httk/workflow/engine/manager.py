@@ -203,9 +203,7 @@ class Manager:
             journal_writers=(self.store.writer.writer_id,),
             started_at=self.clock.now(),
         )
-        self.handle.fs.makedirs(self.manager_dir)
-        self.handle.fs.write_atomic(f"{self.manager_dir}/manager.json", codec.encode(codec.unstructure(manifest)),
-                                    durable=self.handle.durable)
+        ctx.publish_manifest(codec.encode(codec.unstructure(manifest)))
 
     def heartbeat(self, *, force: bool = False, stopped: bool = False) -> None:
         """Write the lease evidence (:meth:`.context.EngineContext.heartbeat`)."""

@@ -8,9 +8,12 @@ request can never mutate a newer state. What it does is the domain's
 refuses a request the plan says can never apply, and the manager applies the
 same plan (or retires the request with the plan's reason). A request for an
 executor this manager does not serve is left for a manager that does. Entries of
-``requests/ready`` are served round-robin, a bounded number per tick, and read
-without following a link or blocking; anything that is not a request document is
-quarantined. Serving an entry runs through the manager's one containment
+``requests/ready`` are served as a queue, a bounded number per tick, oldest file
+first, and the requests of one tick are applied in publication order
+(``created_at``, then name): of two requests against the same state the earlier
+wins and the later is retired as stale. They are read without following a link or
+blocking; anything that is not a request document is quarantined as it was
+published, its reason in an audit record beside it. Serving an entry runs through the manager's one containment
 (:func:`.containment.contained`): an unexpected error of any type quarantines that
 entry as it is, with the reason in its audit record, and the pass goes on. Spec:
 000 "Inspect and control".
@@ -18,7 +21,7 @@ entry as it is, with the reason in its audit record, and the pass goes on. Spec:
 
 from __future__ import annotations
 
-import bisect
+import heapq
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
@@ -72,6 +75,16 @@ class RequestDocument:
     signature: dict[str, Any] | None = attrs.field(default=None, metadata={OMIT_WHEN_NONE: True})
 
 
+def published(record: RequestDocument, mtime: float, name: str) -> tuple[float, str]:
+    """The publication order of a ready request: its ``created_at``, then its entry name.
+
+    ``created_at`` is the publisher's clock, taken as given (the codec already refuses a
+    non-number, NaN and infinity); a request without one counts as published when its file
+    was last written. Equal instants fall back to the name, so the order is total.
+    """
+    return (record.created_at if record.created_at is not None else mtime), name
+
+
 @attrs.frozen
 class RequestPass:
     """What one pass over ``requests/ready`` did."""
@@ -95,11 +108,12 @@ class RequestProcessor:
         #: The verifier of signed requests, asked when one arrives (the composition root may wire it late).
         self.verifier = verifier
         self.fs = ctx.store.fs
-        #: Round-robin cursor: the last name examined; the next pass starts after it.
-        self._cursor = ""
         #: Ready entries this manager leaves where they are: requests for an executor it does not
         #: serve (a document never changes), or an entry it failed to move (logged once).
         self._left: set[str] = set()
+        #: Each ready name's modification time, stat'ed once when first listed: an entry is
+        #: renamed in whole and never rewritten, so a flood costs one lstat per entry, not per tick.
+        self._mtimes: dict[str, float] = {}
         self.pending = False
 
     @property
@@ -107,32 +121,55 @@ class RequestProcessor:
         return self.ctx.store.layout.requests
 
     def process(self) -> RequestPass:
-        """Handle up to ``PER_TICK`` ready entries, continuing after the last one examined."""
+        """Handle up to ``PER_TICK`` ready entries, the earliest published first.
+
+        Entries are taken oldest file first (modification time, then name), so a flood
+        beyond one tick is served as a queue; the entries of one tick are then applied
+        in publication order (:func:`published`), so of two requests pinned to the same
+        state the earlier one applies and the later one is retired as stale.
+        """
         self._reclaim_orphans()
-        entries = sorted(self.fs.scandir(f"{self._dir}/ready"), key=lambda entry: entry.name)
-        present = {entry.name for entry in entries}
+        queued: list[tuple[float, str, Entry]] = []
+        present: set[str] = set()
+        known, mtimes = self._mtimes, {}
+        for entry in self.fs.scandir(f"{self._dir}/ready"):
+            present.add(entry.name)
+            mtime = known.get(entry.name)
+            if mtime is None:
+                info = self.fs.lstat(entry.path)
+                if info is None:
+                    continue  # it vanished (another manager took it)
+                mtime = info.mtime
+            mtimes[entry.name] = mtime  # a name no longer listed drops out
+            if entry.name not in self._left:
+                queued.append((mtime, entry.name, entry))
         self._left &= present
-        candidates = [entry for entry in entries if entry.name not in self._left]
-        names = [entry.name for entry in candidates]
-        start = bisect.bisect_right(names, self._cursor)
-        order = candidates[start:] + candidates[:start]
-        batch = order[:PER_TICK]
+        self._mtimes = mtimes
+        batch = heapq.nsmallest(PER_TICK, queued, key=lambda item: (item[0], item[1]))
         changed, moved = False, 0
-        for entry in batch:
+        readable: list[tuple[tuple[float, str], Entry, RequestDocument, dict[str, Any]]] = []
+        for mtime, name, entry in batch:
             # The manager's one containment: whatever goes wrong ends this entry alone, quarantined.
-            result = contained(f"serving request entry {entry.name}", lambda entry=entry: self._serve(entry),
+            read = contained(f"serving request entry {name}", lambda entry=entry: self._read(entry),
+                             lambda reason, entry=entry: self._fault(entry, reason))
+            if isinstance(read, tuple):
+                readable.append((published(read[0], mtime, name), entry, *read))
+            elif read is not None:
+                moved += 1
+                changed |= read
+        readable.sort(key=lambda item: item[0])
+        for _key, entry, record, request in readable:
+            result = contained(f"serving request entry {entry.name}",
+                               lambda entry=entry, record=record, request=request: self._take(entry, record, request),
                                lambda reason, entry=entry: self._fault(entry, reason))
             if result is not None:
                 moved += 1
                 changed |= result
-        if batch:
-            self._cursor = batch[-1].name
-        self.pending = len(order) > len(batch)
+        self.pending = len(queued) > len(batch)
         return RequestPass(changed=changed, moved=moved, pending=self.pending)
 
-    def _serve(self, entry: Entry) -> bool | None:
-        """One ready entry: ``None`` when it stays (unserved, vanished), else whether a job changed."""
-        ctx = self.ctx
+    def _read(self, entry: Entry) -> tuple[RequestDocument, dict[str, Any]] | bool | None:
+        """One ready entry read: the request, else ``False`` once quarantined or ``None`` when it vanished."""
         if entry.is_symlink or not entry.is_file or not entry.name.endswith(".json"):
             # Publishers rename ``<request-id>.json`` files in; anything else is never opened.
             what = "a name without .json" if entry.is_file and not entry.is_symlink else "not a regular file"
@@ -146,13 +183,16 @@ class RequestProcessor:
         except OSError as error:
             return self._quarantine_entry(entry.path, entry.name, f"unreadable request entry: {error}")
         except codec.DocumentError as error:
-            self._move(entry.path, "quarantine", entry.name, f"unreadable request: {error}", {})
-            return False
+            return self._quarantine_entry(entry.path, entry.name, f"unreadable request: {error}")
         try:
             record = codec.structure(request, RequestDocument, entry.path)
         except codec.DocumentError as error:
-            self._move(entry.path, "quarantine", entry.name, f"unreadable request: {error}", request)
-            return False
+            return self._quarantine_entry(entry.path, entry.name, f"unreadable request: {error}", request)
+        return record, request
+
+    def _take(self, entry: Entry, record: RequestDocument, request: dict[str, Any]) -> bool | None:
+        """Claim a read request and apply it; ``None`` when it stays (unserved, vanished), else whether a job moved."""
+        ctx = self.ctx
         if record.executor not in ctx.offer.executors:
             self._left.add(entry.name)
             return None
@@ -198,8 +238,16 @@ class RequestProcessor:
                 except (FileNotFoundError, FileExistsError):
                     continue
 
-    def _quarantine_entry(self, path: str, name: str, reason: str) -> bool | None:
-        """Move an entry that is not a request document aside as it is, unread, with an audit record beside it."""
+    def _quarantine_entry(self, path: str, name: str, reason: str,
+                          request: dict[str, Any] | None = None) -> bool | None:
+        """Move an entry aside exactly as it was published, with an audit record ``<name>.audit.json`` beside it.
+
+        The audit is created new (``<name>.<hex>.audit.json`` when that name is taken, as by
+        an entry published under it); its ``quarantined_as`` names the entry it is about.
+
+        The entry itself is never rewritten, so the operator sees the bytes that were
+        published; ``request`` (a document that was read) lends its job and request ids to the audit.
+        """
         ctx = self.ctx
         target = f"{self._dir}/quarantine/{name}"
         try:
@@ -210,13 +258,24 @@ class RequestProcessor:
                 self.fs.rename(path, target, durable=ctx.handle.durable)
         except FileNotFoundError:
             return None  # someone else moved it
-        audit = {"entry": name, "quarantine_reason": reason, "quarantine_at": ctx.clock.now(),
-                 "quarantine_by": ctx.manager_id}
-        self.fs.write_atomic(f"{target}.audit.json", codec.encode(audit), durable=ctx.handle.durable)
+        audit: dict[str, Any] = {"entry": name, "quarantined_as": target.rsplit("/", 1)[-1],
+                                 "quarantine_reason": reason, "quarantine_at": ctx.clock.now(),
+                                 "quarantine_by": ctx.manager_id}
+        for member in ("request_id", "job_id", "job_key", "action", "operator"):
+            value = (request or {}).get(member)
+            if isinstance(value, str):
+                audit[member] = value
+        # Create-new, never replace: another quarantined entry may be named exactly ``<name>.audit.json``.
+        data = codec.encode(audit)
+        try:
+            self.fs.write_new(f"{target}.audit.json", data, durable=ctx.handle.durable)
+        except FileExistsError:
+            self.fs.write_new(f"{target}.{ctx.ids.new_hex(8)}.audit.json", data, durable=ctx.handle.durable)
         log.warning("request entry %s quarantined: %s", name, reason)
         return False
 
     def _move(self, path: str, where: str, name: str, reason: str, request: dict[str, Any]) -> None:
+        """A read request to ``applied`` or ``retired``: the document with the reason, who and when added."""
         ctx = self.ctx
         record = {**request, f"{where}_reason": reason, f"{where}_at": ctx.clock.now(),
                   f"{where}_by": ctx.manager_id}
@@ -225,8 +284,7 @@ class RequestProcessor:
             self.fs.remove(path)
         except FileNotFoundError:
             pass
-        level = logging.WARNING if where == "quarantine" else logging.INFO
-        log.log(level, "request %s %s: %s", request.get("request_id", name), where, reason)
+        log.info("request %s %s: %s", request.get("request_id", name), where, reason)
 
     def _apply(self, path: str, name: str, record: RequestDocument, request: dict[str, Any]) -> bool:
         """Apply a claimed request; ``request`` is the document as read (signed, and kept where it is moved)."""
@@ -235,7 +293,7 @@ class RequestProcessor:
         try:
             marker = Marker.parse(record.kind, check_placement(record.placement), record.marker)
         except (MarkerNameError, ValueError):
-            self._move(path, "quarantine", name, "the request does not name a marker", request)
+            self._quarantine_entry(path, name, "the request does not name a marker", request)
             return False
         operator_key = None
         if record.signature is not None:
@@ -246,7 +304,7 @@ class RequestProcessor:
                     raise ValueError("this manager has no signature verifier")
                 operator_key = verifier.verify(codec.dumps(unsigned).encode("utf-8"), request["signature"])
             except ValueError as error:
-                self._move(path, "quarantine", name, f"signature rejected: {error}", request)
+                self._quarantine_entry(path, name, f"signature rejected: {error}", request)
                 return False
         if self.fs.lstat(ctx.store.marker_path(marker)) is None:
             self._move(path, "retired", name,

@@ -26,8 +26,8 @@ from ..ports import Filesystem
 from ..protocol import parse_job_bytes
 from ..store.layout import Layout
 from ..store.markers import Marker
-from ..store.store import JobView, Store
-from .commit import checked_note, new_activation, read_note, read_notes
+from ..store.store import UNRESOLVABLE_CHILD, JobView, Store, current_kinds
+from .commit import checked_note, child_failure, new_activation, read_note, read_notes
 from .context import TickContext, read_or_refuse
 from .registration import owned_by_me
 
@@ -263,25 +263,35 @@ def _data_of(fs: Filesystem, layout: Layout, job_id: str, payload: str) -> str |
 
 
 def children_context(fs: Filesystem, layout: Layout, frame: StateFrame) -> list[dict[str, Any]]:
-    """The ``children`` of context.json: the join that started this activation, else empty."""
+    """The ``children`` of context.json: the join that started this activation, else empty.
+
+    Read from disk when the context is built (never from the waiting pass's remembered view):
+    a child's ``kind`` is its terminal note's, else the kind of its marker now — a join satisfied
+    early (``any_succeeded``, ``at_least``) leaves children ``ready``, ``running``, ``waiting``...
+    """
     join = frame.join
     if join is None or not join.resolved:
         return []
     notes = read_notes(fs, layout, frame.job_id)
+    kinds = current_kinds(fs, layout, [child for child in join.children if child.job_id not in notes])
     out = []
     for child in join.children:
         note = notes.get(child.job_id)
         payload = layout.payload(child.placement, child.job_key)
         if note is None:
-            # A join satisfied early (any_succeeded, at_least) can leave children still active.
-            note = {"kind": "active", "data": _data_of(fs, layout, child.job_id, payload)}
+            current = kinds.get(child.job_id)
+            note = {"kind": current.value if current is not None else UNRESOLVABLE_CHILD,
+                    "data": _data_of(fs, layout, child.job_id, payload)}
+        failure = note.get("failure")
+        if note.get("kind") == StateKind.CANCELLED.value:
+            failure = codec.unstructure(child_failure(StateKind.CANCELLED, None))  # also for an older note
         out.append(
             {
                 "label": child.label,
                 "job_id": child.job_id,
                 "job_key": child.job_key,
                 "kind": note.get("kind"),
-                "failure": note.get("failure"),
+                "failure": failure,
                 "payload": payload,
                 "workdir": note.get("workdir") or layout.persistent_workdir(child.job_id),
                 "data": note.get("data"),

@@ -1,8 +1,10 @@
 """``job debug``: drive one job to a stop in the foreground with a private manager.
 
 Every transition is made by an ordinary :class:`Manager` whose passes are
-restricted to the debugged job (and, with ``follow_children``, the children it
-waits on), so the job runs through exactly the production code paths. The
+restricted to the debugged job (and, with ``follow_children``, the path to the
+deepest unfinished child it waits on: depth first, in spawn order), so the job
+runs through exactly the production code paths. A job another live manager
+holds is refused before anything is written. The
 attempt's ``stdout.log`` and ``stderr.log`` are streamed as they grow, prefixed
 with the step; ``[debug]`` marks each transition observed. Spec: 000 "The
 foreground debug runner".
@@ -14,20 +16,61 @@ from collections.abc import Callable
 
 import attrs
 
-from ..domain.lifecycle import Event, StateKind
+from ..domain.lifecycle import TERMINAL_KINDS, Event, StateKind
 from ..engine.manager import Manager
+from ..ports import ProcessControl, ProcessIdentity
 from ..store.markers import Marker
 from ..store.store import JobDamage
 from ..store.workspaces import WorkspaceHandle
+from .diagnosis import managers
 
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 3
 EXIT_STOPPED = 4
 CHUNK = 1 << 16
+#: A followed child the depth-first walk has finished with.
+_WALKED = TERMINAL_KINDS | {StateKind.PAUSED}
 
 
 class DebugError(ValueError):
     """A debug session refused before it started."""
+
+
+def check_holder(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None = None) -> str | None:
+    """Refuse to debug a job another live manager holds; a note when its holder is a dead manager.
+
+    A claimed, running, committing or cancelling job names its owner. While that
+    manager heartbeats within its lease the next transition is its own, so a
+    private manager may neither drive nor take over the job: refused here,
+    before anything is written. An owner whose heartbeat is stale is not held:
+    the private manager recovers the job by the ordinary takeover rules. One
+    whose heartbeat is fresh but whose process this host's kernel says is gone
+    is not held either, but the takeover rules wait for its lease to run out;
+    the returned note says so, since the private manager waits quietly.
+    """
+    try:
+        frame = handle.store.read_job(marker).frame
+    except JobDamage:
+        return None  # the private manager reports damage the way any manager does
+    owner = frame.owner_id
+    if owner is None:
+        return None
+    holder = next((entry for entry in managers(handle) if entry.get("manager_id") == owner), None)
+    if holder is None or not holder["live"]:
+        return None
+    host, pid = holder.get("host"), holder.get("pid")
+    named = f"manager {owner} (host {host}, pid {pid})"
+    if process is not None and isinstance(host, str) and isinstance(pid, int):
+        if process.is_alive(ProcessIdentity(host=host, pid=pid, start_ticks=None, pgid=pid)) is False:
+            lease = holder.get("lease_seconds") or float(handle.policy["lease_seconds"])
+            left = max(0.0, float(lease) - float(holder["heartbeat_age"] or 0.0))
+            return (f"job {marker.key} is {marker.kind.value} under {named}, whose process is gone: its lease "
+                    f"runs out in {left:.0f} s, and the takeover rules decide what happens then")
+    raise DebugError(
+        f"job {marker.key} is {marker.kind.value} under live {named}: a private manager cannot drive it; wait "
+        f"for that manager to finish it, or cancel it with 'httk workflow job request {handle.reference} "
+        f"{marker.key} cancel --operator WHO --reason WHY'"
+    )
 
 
 @attrs.define
@@ -59,6 +102,8 @@ class Debugger:
         self.target: Marker | None = None
         #: Where each followed job lives (placement, key): found without scanning the workspace.
         self._placements: dict[str, tuple[str, str]] = {}
+        #: Each followed waiting job's children in spawn order, by the generation they were read at.
+        self._joins: dict[str, tuple[int, list[str]]] = {}
 
     def override_step(self, marker: Marker, step: str) -> Marker:
         """Register a fresh job at ``step`` instead of its initial step; refused once it has history."""
@@ -103,8 +148,8 @@ class Debugger:
     def _iteration(self) -> None:
         self._stream()
         manager = self.manager
-        assert self.target is not None and manager.only_jobs is not None
-        for job_id in sorted(manager.only_jobs):
+        assert self.target is not None
+        for job_id in list(self._placements):  # discovery order: the target, then children as spawned
             marker = self._current_by_id(job_id)
             if marker is None:
                 continue
@@ -113,8 +158,9 @@ class Debugger:
                 self.last[job_id] = seen
                 label = "" if job_id == self.target.job_id else f" {marker.key}"
                 self.out(f"[debug]{label} {marker.kind.value} (generation {marker.generation})")
-                if marker.kind == StateKind.WAITING and self.follow_children:
-                    self._follow(marker)
+        # Only the path to the deepest unfinished child may progress: a sibling waits for the whole
+        # subtree before it (depth first, in spawn order). An attempt already running stays watched.
+        manager.only_jobs = {*self._frontier(self.target.job_id), *manager.running}
         target = self._current(self.target)
         if target is None:
             manager.stop_now = True
@@ -125,17 +171,38 @@ class Debugger:
         if target.kind in stop and target.job_id not in manager.running:
             manager.stop_now = True
 
-    def _follow(self, marker: Marker) -> None:
+    def _frontier(self, job_id: str) -> list[str]:
+        """``job_id`` and, while it waits, the frontier of its first child not yet done (with follow_children)."""
+        path = [job_id]
+        marker = self._current_by_id(job_id)
+        while self.follow_children and marker is not None and marker.kind == StateKind.WAITING:
+            child = next((child for child in self._children(marker) if not self._done(child)), None)
+            if child is None:
+                break  # every child is done: the waiting pass resumes the parent
+            path.append(child)
+            marker = self._current_by_id(child)
+        return path
+
+    def _done(self, job_id: str) -> bool:
+        """Whether the walk is past this child: terminal, paused (nothing here resumes it) or not found."""
+        marker = self._current_by_id(job_id)
+        return marker is None or marker.kind in _WALKED
+
+    def _children(self, marker: Marker) -> list[str]:
+        """The ids of the children ``marker``'s join waits on, in spawn order (read once per generation)."""
+        cached = self._joins.get(marker.job_id)
+        if cached is not None and cached[0] == marker.generation:
+            return cached[1]
         try:
             frame = self.handle.store.read_frame(marker)
         except JobDamage:
-            return
-        if frame is None or frame.join is None:
-            return
-        for child in frame.join.children:
-            assert self.manager.only_jobs is not None
-            self.manager.only_jobs.add(child.job_id)
-            self._placements[child.job_id] = (child.placement, child.job_key)
+            frame = None
+        children = () if frame is None or frame.join is None else frame.join.children
+        for child in children:
+            self._placements.setdefault(child.job_id, (child.placement, child.job_key))
+        ids = [child.job_id for child in children]
+        self._joins[marker.job_id] = (marker.generation, ids)
+        return ids
 
     # -- finding the job without scanning the workspace ---------------------------------------
     def _current(self, marker: Marker) -> Marker | None:

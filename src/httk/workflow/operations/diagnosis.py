@@ -19,19 +19,21 @@ from .. import codec
 from ..attempt_records import RunnerErrorDocument
 from ..domain import budgets
 from ..domain.joins import DEFAULT_JOIN_GRACE_SECONDS, JoinAction, describe_condition
-from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
+from ..domain.lifecycle import OWNED_KINDS, TERMINAL_KINDS, Event, StateKind
 from ..domain.model import ValidationError
 from ..domain.scheduling import Offer, Requirements, mismatches
 from ..domain.takeover import TakeoverAction, decide_takeover
+from ..engine.commit import read_notes
 from ..engine.manifest import read_beat, read_heartbeat, read_manifest
 from ..engine.recovery import TakeoverSettings, observe
-from ..engine.waiting import ACTIVE_CHILD, child_kinds, join_decision
+from ..engine.waiting import child_kinds, join_decision
 from ..languages.realization import HTTK_V1, LANGUAGE, LANGUAGES, missing_modules, realization_of
 from ..ports import ProcessControl
 from ..store.markers import Marker
-from ..store.store import JobDamage
+from ..store.store import UNRESOLVABLE_CHILD, JobDamage, current_kinds
 from ..store.transfer_ledger import SOURCE, Ledger, LedgerError, resume_command
 from ..store.workspaces import WorkspaceHandle
+from .inspection import job_headlines
 
 FLAPPING_ATTEMPTS = 20
 
@@ -84,7 +86,7 @@ def realization_lines(spec: Any, find: Callable[[str], Any] | None) -> list[str]
 
 
 def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None = None) -> dict[str, Any]:
-    """A diagnosis: ``{"job", "kind", "summary", "lines": [...]}``."""
+    """A diagnosis: ``{"job", "kind", "summary", "lines": [...]}``, and ``children`` of a waiting job."""
     store = handle.store
     lines: list[str] = []
     report: dict[str, Any] = {"job": str(marker.key), "kind": marker.kind.value, "placement": marker.placement}
@@ -138,7 +140,7 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
         summary, more = _owned(handle, marker, frame, spec, process)
         lines.extend(more)
     elif kind == StateKind.WAITING:
-        summary, more = _waiting(handle, frame)
+        summary, more, report["children"] = _waiting(handle, frame)
         lines.extend(more)
     elif kind == StateKind.FAILED:
         failure = frame.failure
@@ -169,6 +171,12 @@ def why(handle: WorkspaceHandle, marker: Marker, process: ProcessControl | None 
     if frame.event in (Event.DRAIN_RELEASE, Event.DRAIN_PAUSE):
         lines.append(f"the last attempt was stopped by its manager's drain, not by the job: {frame.reason}")
     lines.extend(_requests(handle, marker))
+    # Spec 002: a headline event is meant to be read first when the job is inspected.
+    headlines = job_headlines(store, marker, spec, limit=1)
+    report["headline"] = headlines[-1] if headlines else None
+    if headlines:
+        event = headlines[-1]
+        lines.insert(0, f"latest headline (step {event['step']!r}): {event['label']}: {event['message']}")
     report["summary"] = summary
     report["lines"] = lines
     report["step"] = frame.step
@@ -268,36 +276,67 @@ def _owned(
     return f"{kind} under an expired lease, blocked: {verdict.message}", lines
 
 
-def _waiting(handle: WorkspaceHandle, frame: Any) -> tuple[str, list[str]]:
-    """The join decision the waiting pass reaches, from the same children classification."""
+def _children(handle: WorkspaceHandle, frame: Any, notes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each join child with its state: ``{label, job_id, job_key, kind, noted, resolvable, text}``.
+
+    ``noted`` and ``resolvable`` are the waiting pass's classification (:func:`child_kinds`);
+    ``kind`` is the terminal note's, else the child's current marker's (the lookup context.json
+    uses, :func:`current_kinds`), else ``unresolvable``; ``text`` says it in one phrase.
+    """
+    classified = child_kinds(handle.fs, handle.layout, frame, notes)
+    join = frame.join
+    current = current_kinds(handle.fs, handle.layout,
+                            [child for child in join.children if child.job_id not in notes])
+    out = []
+    for child in join.children:
+        state = classified.get(child.label)
+        noted = child.job_id in notes
+        found = current.get(child.job_id)
+        kind = state.value if noted and state is not None else found.value if found else UNRESOLVABLE_CHILD
+        if state is None:
+            text = "cannot be resolved in this workspace (no terminal note, and its payload is gone)"
+        elif noted or (found is not None and found not in TERMINAL_KINDS):
+            text = kind
+        elif found is not None:
+            text = f"{kind}, but its terminal note is missing: the join still counts it as unfinished"
+        else:
+            text = (f"{UNRESOLVABLE_CHILD}: it has no marker, but its payload is present, so the join still "
+                    f"waits on it; run 'httk workflow workspace fsck'")
+        out.append({"label": child.label, "job_id": child.job_id, "job_key": child.job_key, "kind": kind,
+                    "noted": noted, "resolvable": state is not None, "text": text})
+    return out
+
+
+def _waiting(handle: WorkspaceHandle, frame: Any) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """The join decision the waiting pass reaches, from the same children classification, and the children."""
     join = frame.join
     if join is None:
-        return "waiting, but the recorded join is invalid: the frame records no join", []
+        return "waiting, but the recorded join is invalid: the frame records no join", [], []
     live = [manager for manager in managers(handle) if manager["live"]]
     grace = float(next((manager["join_grace_seconds"] for manager in live if manager.get("join_grace_seconds")),
                        DEFAULT_JOIN_GRACE_SECONDS))
     lines = [f"join: {describe_condition(join.when, join.count)}, then step {join.step!r}"
              + (f", on_impossible {join.on_impossible!r}" if join.on_impossible else "")]
-    kinds = child_kinds(handle.fs, handle.layout, frame)
-    for child in join.children:
-        state = kinds.get(child.label)
-        text = ("cannot be resolved in this workspace" if state is None
-                else "active" if state == ACTIVE_CHILD else state.value)
-        lines.append(f"child {child.label} ({child.job_key}): {text}")
+    # The notes are read once: the classification and the decision below rest on the same ones.
+    notes = read_notes(handle.fs, handle.layout, frame.job_id)
+    children = _children(handle, frame, notes)
+    for child in children:
+        lines.append(f"child {child['label']} ({child['job_key']}): {child.pop('text')}")
     if join.first_unresolved_at is not None:
         lines.append(f"first recorded unresolvable at {join.first_unresolved_at:.0f} (epoch seconds); the job "
                      f"fails with dependency_failure {grace:g}s (--join-grace-seconds) after that")
     try:
-        decision = join_decision(handle.fs, handle.layout, frame, now=handle.ports.clock.now(), grace_seconds=grace)
+        decision = join_decision(handle.fs, handle.layout, frame, now=handle.ports.clock.now(), grace_seconds=grace,
+                                 notes=notes)
     except (ValidationError, KeyError) as error:
-        return f"waiting, but the recorded join is invalid: {error}", lines
+        return f"waiting, but the recorded join is invalid: {error}", lines, children
     if decision.action == JoinAction.WAIT:
         summary = f"waiting on {len(decision.blocking)} active child(ren)"
         if decision.unresolved:
             summary += f"; {len(decision.unresolved)} cannot be resolved here"
         lines.append(decision.reason)
-        return summary, lines
-    return f"the next manager resolves the join: {decision.reason}", lines
+        return summary, lines, children
+    return f"the next manager resolves the join: {decision.reason}", lines, children
 
 
 def _last_error(handle: WorkspaceHandle, marker: Marker) -> str | None:
@@ -314,8 +353,10 @@ def _last_error(handle: WorkspaceHandle, marker: Marker) -> str | None:
 
 def _requests(handle: WorkspaceHandle, marker: Marker) -> list[str]:
     lines = []
-    for where in ("ready", "retired"):
+    for where in ("ready", "retired", "quarantine"):
         for entry in handle.fs.scandir(f"{handle.layout.requests}/{where}"):
+            if where == "quarantine" and not entry.name.endswith(".audit.json"):
+                continue  # a quarantined entry is kept as published; its audit record names its job
             try:
                 # Never follow, block on or slurp an entry the manager will quarantine.
                 request = codec.decode_object(handle.fs.read_document(entry.path), entry.path)
@@ -325,6 +366,9 @@ def _requests(handle: WorkspaceHandle, marker: Marker) -> list[str]:
                 continue
             if where == "ready":
                 lines.append(f"pending request: {request.get('action')} by {request.get('operator')}")
-            else:
+            elif where == "retired":
                 lines.append(f"retired request {request.get('action')}: {request.get('retired_reason')}")
+            else:
+                lines.append(f"quarantined request {request.get('action')}: {request.get('quarantine_reason')} "
+                             f"(as published: requests/quarantine/{request.get('quarantined_as')})")
     return lines

@@ -373,14 +373,19 @@ def recorded_managers(session: RemoteSession, reference: RemoteReference) -> Rec
     target = ["--", reference.path] if reference.path else []
     path = str(session.httk_json(["workflow", "workspace", "status", "--json", *target])["path"])
     workdir = f"{path}/.httk-workflow/batch"
+    return RecordedManagers(path, workdir, recorded_job_ids(session, workdir))
+
+
+def recorded_job_ids(session: RemoteSession, workdir: str) -> list[str] | None:
+    """The manager job ids the output files in the batch ``workdir`` there name (``None``: unknowable)."""
     reader = getattr(session.batch, "job_ids_in", None)
     if reader is None:
-        return RecordedManagers(path, workdir, None)
+        return None
     # No workdir yet (nothing was ever submitted there) is no manager, not an error.
     listing = session.transport.run(["sh", "-c", 'cd -- "$1" 2>/dev/null && ls -1A', "httk-workflow", workdir],
                                     timeout=session.timeout)
     names = listing.stdout.splitlines() if listing.returncode == 0 else []
-    return RecordedManagers(path, workdir, reader(names))
+    return None if (found := reader(names)) is None else list(found)
 
 
 def manager_jobs(session: RemoteSession, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -1,11 +1,16 @@
 """``workspace fsck``: every marker must resolve to its journal frame; repair what does not.
 
-Reading waits out the visibility deadline (inside the journal reader), so a
-slow network filesystem is never mistaken for damage. Repair re-points a
+A run observes everything first without waiting (each frame read once), then
+waits out the visibility deadline once for every suspicion together, so a slow
+network filesystem is never mistaken for damage and N damaged markers cost one
+deadline, not N. Only then does it decide and repair. Repair re-points a
 damaged marker at the newest readable frame of its job that is *older* than the
 marker's generation, by appending one ``fsck_repair`` frame chained to it and
-renaming the marker onto it at the next generation: history is added, never
-rewritten. A marker owned by a manager that still heartbeats is never touched.
+renaming the marker onto it at a generation above every frame the journal holds
+for the job: history is added, never rewritten, and generations stay unique. A
+job met under several markers is judged as a whole (:func:`.fsck_census.choose_truth`):
+the stale names are set aside, never repaired into a second state. A marker owned
+by a manager that still heartbeats is never touched.
 Each job's ``job.json`` is read too, as a manager reads it: an unreadable
 definition is reported with the store's code (``missing_payload``,
 ``invalid_job``) and left for an operator, because it is immutable and fsck
@@ -13,7 +18,10 @@ has nothing to rebuild it from. :func:`job_damage` is the one per-job check,
 shared with ``workspace status``. The marker file itself, duplicates, and jobs
 that the journal or a payload holds but no marker names are checked by
 :mod:`.fsck_census`, which confirms every suspicion by reading again, so fsck is
-safe to run against a live workspace. Spec: 000 "Checking and repairing a workspace".
+safe to run against a live workspace. An unfinished transfer is returned as a
+warning (``unfinished_transfers``: its jobs are safe at one end and its own command
+settles it); a transfer ledger nothing can finish is a problem. Spec: 000
+"Checking and repairing a workspace", "Running on a remote".
 """
 
 from __future__ import annotations
@@ -29,29 +37,31 @@ from ..domain.frames import StateFrame
 from ..domain.lifecycle import OWNED_KINDS, Event, StateKind
 from ..engine.manifest import read_beat
 from ..protocol import JOB_FILE
-from ..store.job_ids import (
-    JobIdTaken,
-    missing_reservations,
-    read_reservation,
-    reservation_of,
-    reservation_temps,
-    reserve_job_id,
-)
+from ..store.job_ids import missing_reservations
 from ..store.journal import FrameDamage, RecordRef
 from ..store.markers import INIT_REF, Marker
 from ..store.store import JobDamage, Store
-from ..store.transfer_ledger import held_by_transfer
+from ..store.transfer_ledger import SOURCE, held_by_transfer, ledger_census, resume_command, transfers_dir
 from ..store.workspaces import WorkspaceHandle
 from .fsck_census import (
+    DUPLICATES,
+    RESERVATION_TEMP_SECONDS,
+    Duplicates,
+    Met,
+    Problem,
     Unmarked,
-    confirm_duplicates,
-    confirm_unmarked,
+    UnmarkedCheck,
+    choose_truth,
+    done,
+    id_reservation_problems,
     iter_frames,
     journal_heads,
     marker_file_problem,
     noncanonical_marker,
     payloads,
     quarantined_jobs,
+    reservation_temp_problems,
+    wait_once,
 )
 
 #: A marker name held by something a manager does not act on is moved aside only when asked.
@@ -60,8 +70,8 @@ SET_ASIDE_LEFT = "left: with --repair --quarantine-unrepairable it is moved into
 SET_ASIDE = "moved into .httk-workflow/quarantine/ with an audit record"
 #: A payload nothing names may be a submission that died before its marker: resubmitting is the operator's call.
 ORPHAN_LEFT = "left: no frame tells its state; resubmit it with 'job submit --move', or remove it"
-#: A reservation temp this old is left by a creation that died: a live one renames or removes its temps in moments.
-RESERVATION_TEMP_SECONDS = 3600.0
+#: Where a repair moves the stale names of a duplicated job, as the messages name it.
+DUPLICATES_SHOWN = f".httk-workflow/quarantine/{DUPLICATES}/"
 #: What fsck does about a job.json it cannot read: nothing, there is no older copy to restore.
 DEFINITION_LEFT = "unrepairable: job.json is the job's immutable definition; restore it from the original payload"
 
@@ -93,23 +103,6 @@ def definition_path(store: Store, marker: Marker) -> str:
     return f"{store.payload_dir(marker)}/{JOB_FILE}"
 
 
-@attrs.frozen
-class Problem:
-    code: str
-    path: str
-    job: str | None
-    message: str
-    action: str = "reported"
-
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-
-def done(problem: Problem, action: str, detail: str) -> Problem:
-    """``problem`` with a final action (``repaired``, ``quarantined``) and what exactly was done."""
-    return attrs.evolve(problem, action=action, message=f"{problem.message}; {detail}")
-
-
 class Fsck:
     """One check (and optional repair) of one workspace."""
 
@@ -126,45 +119,118 @@ class Fsck:
         self.quarantine = quarantine
         self._index: dict[str, list[tuple[int, str, dict[str, Any]]]] | None = None
         self._misnamed: set[str] = set()  # jobs met under a misspelt marker name: not missing
+        self._transferring: dict[str, list[Marker]] = defaultdict(list)  # transfer id -> its transferring jobs
 
     def run(self) -> dict[str, Any]:
-        problems: list[Problem] = []
-        seen: dict[str, list[Marker]] = defaultdict(list)
+        """Observe everything, wait out the visibility deadline once for every suspicion, then decide (and repair)."""
+        mets: dict[str, list[Met]] = defaultdict(list)
+        names: list[tuple[str, str, str, Met | None]] = []
         checked = 0
 
         def damaged_name(code: str, path: str, message: str) -> None:
-            problems.append(self._name_problem(code, path, message))
+            names.append(self._observe_name(code, path, message))
 
         for kind in StateKind:
             for marker in self.store.iter_markers(kind, on_damage=damaged_name):
-                info = self.fs.lstat(self.store.marker_path(marker))
+                path = self.store.marker_path(marker)
+                info = self.fs.lstat(path)
                 if info is None:
                     continue  # renamed since it was listed: met under its new name, or confirmed missing below
                 checked += 1
                 if self.progress is not None:
                     self.progress(1)
-                seen[marker.job_id].append(marker)
-                bad = marker_file_problem(info)
-                if bad is not None:
-                    problems.append(self._bad_marker(marker, *bad))
-                    continue
-                check = job_damage(self.store, marker)
-                if check.frame is not None:
-                    problems.append(self._handle_damage(marker, check.frame))
-                if check.definition is not None:
-                    problems.append(self._definition_problem(marker, check.definition))
-        problems.extend(self._duplicates(seen))
-        problems.extend(self._unmarked(seen))
-        problems.extend(self._id_reservations(seen))
-        problems.extend(self._reservation_temps())
-        left = [problem for problem in problems if problem.action not in ("repaired", "quarantined")]
+                mets[marker.job_id].append(self._observe(marker, path, marker_file_problem(info)))
+        seen = {job_id: [met.marker for met in group] for job_id, group in mets.items()}
+        if self.repair:
+            self._journal_index()  # one pass over the journal serves the repairs and the census below
+        # Every suspicion is observed before anything waits, and all of them share one deadline.
+        unseen = [met for group in mets.values() for met in group if met.unseen]
+        unseen += [met for *_, met in names if met is not None and met.unseen]
+
+        def frames() -> bool:
+            unseen[:] = [met for met in unseen if not self._read(met)]
+            return not unseen
+
+        duplicates = Duplicates(self.fs, {job_id: [met.path for met in group]
+                                          for job_id, group in mets.items() if len(group) > 1})
+        misnamed = {met.marker.job_id for *_, met in names if met is not None and met.valid}
+        unmarked = UnmarkedCheck(self.fs, self.handle.layout, self._unmarked_suspects(set(mets) | misnamed))
+        missing = missing_reservations(self.fs, self.handle.layout, seen, 0.0)
+
+        def reservations() -> bool:
+            missing.intersection_update(missing_reservations(self.fs, self.handle.layout, missing, 0.0))
+            return not missing
+
+        wait_once(self.fs, [frames, duplicates.probe, unmarked.probe, reservations], self.store.config.deadline_seconds)
+        problems = [self._name_problem(code, path, message, met) for code, path, message, met in names]
+        problems += self._marker_problems(mets, duplicates)
+        suspects = [job for job in unmarked.pending.values() if job.job_id not in self._misnamed]
+        suspects.sort(key=lambda job: (job.placement, str(job.key)))
+        problems.extend(self._unmarked_problem(job) for job in suspects)
+        problems.extend(id_reservation_problems(self.fs, self.handle.layout, seen, missing,
+                                                repair=self.repair, durable=self.handle.durable))
+        older_than = self.handle.ports.clock.now() - RESERVATION_TEMP_SECONDS
+        problems.extend(reservation_temp_problems(self.fs, self.handle.layout, older_than, repair=self.repair))
+        unfinished = self._transfers(problems)
+        # Only a repair settles a problem: a quarantined job is out of the workspace, for an operator to decide.
+        left = [problem for problem in problems if problem.action != "repaired"]
         return {
             "workspace": self.handle.root,
             "markers_checked": checked,
             "problems": [problem.to_json() for problem in problems],
             "clean": not problems,
             "left_for_operator": len(left),
+            # Warnings, not problems: the jobs are safe at one end, and the transfer command finishes them.
+            "unfinished_transfers": unfinished,
         }
+
+    def _observe(self, marker: Marker, path: str, bad: tuple[str, str] | None) -> Met:
+        """One marker as the walk meets it: its file, its frame (read once) and, for a marker file, its job.json."""
+        met = Met(marker, path, bad)
+        self._read(met)
+        if bad is None:
+            try:
+                self.store.read_spec(marker)
+            except JobDamage as damage:
+                met.definition = damage
+        return met
+
+    def _marker_problems(self, mets: dict[str, list[Met]], duplicates: Duplicates) -> list[Problem]:
+        """Each marker's problems, a duplicated job's judged as a whole; the ``duplicate_marker`` ones last."""
+        confirmed = duplicates.confirmed()
+        found: list[Problem] = []
+        doubles: list[Problem] = []
+        for job_id, group in mets.items():
+            if job_id in confirmed:
+                *members, double = self._duplicate(job_id, [met for met in group if met.path in confirmed[job_id]])
+                found.extend(members)
+                doubles.append(double)
+                continue
+            for met in group:  # met twice but no duplicate: a job that moved, judged under the name still there
+                if len(group) == 1 or met.path in duplicates.present[job_id]:
+                    found.extend(self._single(met))
+        return found + doubles
+
+    def _read(self, met: Met) -> bool:
+        """Read ``met``'s frame once, without waiting; ``True`` unless a lagging view may still show it."""
+        try:
+            met.frame, met.damage = self.store.read_frame(met.marker, deadline_seconds=0.0), None
+        except JobDamage as damage:
+            met.frame, met.damage = None, damage
+        return not met.unseen
+
+    def _single(self, met: Met) -> list[Problem]:
+        """The problems of the one marker of a job (or of one that is no confirmed duplicate)."""
+        if met.bad is not None:
+            return [self._bad_marker(met, *met.bad)]
+        problems = []
+        if met.damage is not None:
+            problems.append(self._handle_damage(met.marker, met.damage))
+        elif met.marker.kind is StateKind.TRANSFERRING:
+            self._note_transferring(met.marker, met.frame)
+        if met.definition is not None:
+            problems.append(self._definition_problem(met.marker, met.definition))
+        return problems
 
     # -- repair ------------------------------------------------------------------------------
     def _definition_problem(self, marker: Marker, damage: JobDamage) -> Problem:
@@ -188,7 +254,7 @@ class Fsck:
         ref, document = recovered
         frame = codec.frame_from_json(document)
         new_frame = frame.evolve(
-            generation=marker.generation + 1,
+            generation=self._next_generation(marker.job_id, marker.generation),
             kind=marker.kind,
             event=Event.FSCK_REPAIR.value,
             previous_record_ref=ref,
@@ -196,7 +262,7 @@ class Fsck:
             priority=marker.priority,
             reason=f"fsck repaired {damage.code}; recovered generation {frame.generation}",
         )
-        new_ref = self.store.writer.append(codec.frame_to_json(new_frame))
+        new_ref = self._append(new_frame)
         new_marker = attrs.evolve(marker, generation=new_frame.generation, ref=str(new_ref))
         try:
             self.fs.rename(path, self.store.marker_path(new_marker), durable=self.handle.durable)
@@ -230,6 +296,17 @@ class Fsck:
             self._index = index
         return self._index
 
+    def _next_generation(self, job_id: str, floor: int) -> int:
+        """Above ``floor`` and above every frame of the job the journal holds: a job's generations stay unique."""
+        return max([floor, *(generation for generation, _, _ in self._journal_index().get(job_id, []))]) + 1
+
+    def _append(self, frame: StateFrame) -> RecordRef:
+        """Append a repair frame, and index it: a later repair of the same job in this run goes above it."""
+        document = codec.frame_to_json(frame)
+        ref = self.store.writer.append(document)
+        self._journal_index()[frame.job_id].append((frame.generation, str(ref), document))
+        return ref
+
     def _newest_older_frame(self, marker: Marker) -> tuple[str, dict[str, Any]] | None:
         candidates = [
             (generation, ref, document)
@@ -241,9 +318,11 @@ class Fsck:
         generation, ref, document = max(candidates, key=lambda item: item[0])
         return ref, document
 
-    def _quarantine(self, marker: Marker, damage: JobDamage) -> None:
+    def _quarantine(self, marker: Marker, damage: JobDamage, under: str = "") -> None:
+        """Move the entry at ``marker``'s name below the quarantine (``under`` it), after its audit record."""
         layout = self.handle.layout
-        target = f"{layout.quarantine}/{marker.kind.value}/{marker.placement}/{marker.name}"
+        root = f"{layout.quarantine}/{under}" if under else layout.quarantine
+        target = f"{root}/{marker.kind.value}/{marker.placement}/{marker.name}"
         audit = {
             "format": "httk-workflow-quarantine",
             "format_version": 1,
@@ -256,101 +335,155 @@ class Fsck:
         self.fs.write_atomic(f"{target}.audit.json", codec.encode(audit), durable=self.handle.durable)
         self.fs.rename(self.store.marker_path(marker), target, durable=self.handle.durable)
 
-    # -- job-id reservations (see job_ids) ----------------------------------------------------
-    def _id_reservations(self, seen: dict[str, list[Marker]]) -> list[Problem]:
-        """``missing_id_reservation`` for jobs without one (made by ``--repair``); ``id_reservation_conflict``
-        for a job whose id another job's reservation holds (left: two jobs share an id)."""
-        fs, layout = self.fs, self.handle.layout
-        missing = missing_reservations(fs, layout, seen, self.store.config.deadline_seconds)
-        problems = []
-        for job_id in sorted(seen):
-            jobs = sorted({(marker.placement, str(marker.key)) for marker in seen[job_id]})
-            path = layout.id_reservation(job_id)
-            if job_id in missing:
-                placement, key = jobs[0]
-                problem = Problem("missing_id_reservation", path, key,
-                                  "the job's id is not reserved (a workspace from before reservations): a "
-                                  "submission or spawn elsewhere could give another job the same id")
-                if not self.repair:
-                    problems.append(problem)
-                    continue
-                try:
-                    reserve_job_id(fs, layout, reservation_of(fs, layout, job_id, key, placement),
-                                   durable=self.handle.durable)
-                    problems.append(done(problem, "repaired", f"reserved for job {key} at {placement}"))
-                except JobIdTaken as taken:
-                    problems.append(attrs.evolve(problem, action=f"left: reserved meanwhile: {taken}"))
-            try:
-                held = read_reservation(fs, layout, job_id)
-                why = f"it is reserved by {held.describe()}" if held is not None else ""
-            except JobIdTaken as taken:
-                held, why = None, str(taken)
-            for placement, key in jobs:
-                if not why or (held is not None and (held.job_key, held.placement) == (key, placement)):
-                    continue
-                left = "left: two jobs share one id; resubmit one of them under a new id"
-                problems.append(Problem("id_reservation_conflict", path, key,
-                                        f"job {key} at {placement} has an id reserved for another job: {why}",
-                                        left if self.repair else "reported"))
-        return problems
+    # -- transfers (see transfer_ledger) -------------------------------------------------------
+    def _note_transferring(self, marker: Marker, frame: StateFrame | None) -> None:
+        """Remember which transfer a ``transferring`` job names (``""``: none), to match it with the ledgers."""
+        note = (frame.notes if frame is not None else {}).get("transfer")
+        transfer_id = note.get("id") if isinstance(note, dict) else None
+        self._transferring[transfer_id if isinstance(transfer_id, str) else ""].append(marker)
 
-    def _reservation_temps(self) -> list[Problem]:
-        """``stale_reservation_temp``: each temp an interrupted reservation left in ``ids/`` (``--repair`` removes it).
+    def _transfers(self, problems: list[Problem]) -> list[dict[str, Any]]:
+        """Each unfinished transfer, returned (a warning); each ledger nothing can finish, in ``problems``.
 
-        Harmless to every reader (none takes a hidden name for a reservation), but it
-        never goes away by itself.
+        An unfinished transfer is no damage: its jobs are safe at one end and its own
+        command (again, or with ``--resume``) settles it; fsck cannot, it needs the
+        other side. A ledger that does not read, or a ``transferring`` job no ledger
+        here will ever settle, is left for an operator.
         """
-        older_than = self.handle.ports.clock.now() - RESERVATION_TEMP_SECONDS
-        problems = []
-        for path in reservation_temps(self.fs, self.handle.layout, older_than):
-            problem = Problem("stale_reservation_temp", path, None,
-                              "a temp of a job-id reservation whose creation was interrupted (no job holds it)")
-            if not self.repair:
-                problems.append(problem)
+        handle, left = self.handle, "left: fsck does not rewrite a transfer ledger" if self.repair else "reported"
+        unfinished: list[dict[str, Any]] = []
+        named: set[str] = set()
+        for ledger in ledger_census(self.fs, handle.layout, handle.ports.clock):
+            transfer_id = ledger["transfer_id"]
+            named.add(transfer_id)
+            if "problem" in ledger:
+                held = self._transferring.get(transfer_id, [])
+                keys = ", ".join(str(marker.key) for marker in held[:3]) + (", …" if len(held) > 3 else "")
+                holds = f"; it holds {len(held)} transferring job(s) ({keys}), which no manager claims" if held else ""
+                problems.append(Problem("transfer_ledger_unreadable", ledger["path"], None,
+                                        f"the ledger of transfer {transfer_id} does not read "
+                                        f"({ledger['problem']}){holds}", left))
                 continue
-            try:
-                self.fs.remove(path)
-            except FileNotFoundError:
-                continue  # removed meanwhile (by another fsck): nothing left to report
-            except OSError as error:
-                problems.append(attrs.evolve(problem, action=f"left: cannot remove it: {error.strerror or error}"))
+            unfinished.append(self._unfinished(ledger))
+        for transfer_id, markers in sorted(self._transferring.items()):
+            if transfer_id in named:
                 continue
-            problems.append(done(problem, "repaired", "removed"))
-        return problems
+            exists = bool(transfer_id) and self.fs.exists(f"{transfers_dir(handle.layout)}/{transfer_id}/ledger.json")
+            why = ("its frame names no transfer" if not transfer_id else
+                   f"transfer {transfer_id} ended without settling it" if exists else
+                   f"transfer {transfer_id} has no ledger here")
+            for marker in markers:
+                path = self.store.marker_path(marker)
+                if self.fs.lstat(path) is None:
+                    continue  # settled since the walk met it (retired or rolled back)
+                problems.append(Problem("transfer_ledger_missing", path, str(marker.key),
+                                        f"the job is transferring, but {why}: nothing will move it again", left))
+        return unfinished
+
+    def _unfinished(self, ledger: dict[str, Any]) -> dict[str, Any]:
+        """The warning of one unfinished transfer: which, which way, how many jobs, and the command finishing it."""
+        here, jobs = self.handle.reference, len(ledger["jobs"])
+        counted = f"{jobs} job{'' if jobs == 1 else 's'}"
+        unless = "(unless that transfer's command is still running)"
+        if ledger["role"] == SOURCE:
+            source, destination = here, ledger["destination"] or "DESTINATION"
+            resume = resume_command(source, destination)
+            message = (f"{counted} held by unfinished transfer {ledger['transfer_id']} to {destination} (at step "
+                       f"{ledger['step']}): no manager claims them until it ends; finish it with '{resume}' {unless}")
+        else:
+            source, destination = ledger["source"] or "SOURCE", here
+            resume = resume_command(source, destination)
+            message = (f"{counted} in flight in unfinished transfer {ledger['transfer_id']} from {source} (imported "
+                       f"here, not acknowledged): finish it from the machine that started it with '{resume}' {unless}")
+        return {"code": "unfinished_transfer", "transfer_id": ledger["transfer_id"], "role": ledger["role"],
+                "step": ledger["step"], "source": source, "destination": destination, "jobs": ledger["jobs"],
+                "resume": resume, "path": ledger["path"], "message": message}
 
     # -- what the walk alone cannot tell (see fsck_census) -----------------------------------
-    def _duplicates(self, seen: dict[str, list[Marker]]) -> list[Problem]:
-        """``duplicate_marker`` for the jobs met more than once whose names are still there after re-reading."""
-        groups = {
-            job_id: [self.store.marker_path(marker) for marker in markers]
-            for job_id, markers in seen.items()
-            if len(markers) > 1
-        }
-        if not groups:
-            return []
-        confirmed = confirm_duplicates(self.fs, groups, self.store.config.deadline_seconds)
-        return [
-            Problem("duplicate_marker", ", ".join(paths), job_id, "one job has more than one marker")
-            for job_id, paths in sorted(confirmed.items())
-        ]
+    def _duplicate(self, job_id: str, group: list[Met]) -> list[Problem]:
+        """The problems of each of a job's confirmed markers, then its ``duplicate_marker``.
 
-    def _name_problem(self, code: str, path: str, message: str) -> Problem:
-        """A state-tree name the walk could not parse; ``noncanonical_name`` when only its numbers are misspelt."""
+        A repair keeps the job's truth — the newest marker whose frame verifies, when the
+        others' frames are in its history — and moves each other name into
+        ``quarantine/duplicates/``: it is never repaired into a second state of the job.
+        """
+        double = Problem("duplicate_marker", ", ".join(met.path for met in group), job_id,
+                         "one job has more than one marker")
+        members = [(met, self._member_problem(met)) for met in group]
+        payloads = {(met.marker.placement, str(met.marker.key)): met for met in reversed(group)}  # one per payload
+        definitions = [self._definition_problem(met.marker, met.definition)
+                       for met in payloads.values() if met.definition is not None]
+        for met in group:  # a stale one that is set aside is gone by the time the transfers are matched
+            if met.valid and met.marker.kind is StateKind.TRANSFERRING:
+                self._note_transferring(met.marker, met.frame)
+        if not self.repair:
+            return [problem for _, problem in members if problem is not None] + definitions + [double]
+        frames = {ref: document for _, ref, document in self._journal_index().get(job_id, [])}
+        truth, why = choose_truth(group, frames, self._owner_live)
+        if truth is None:
+            left = f"left: {why}"
+            return [attrs.evolve(problem, action=left) for _, problem in members if problem is not None] + \
+                definitions + [attrs.evolve(double, action=left)]
+        kept, problems, moved = truth.marker.relative_path(), [], 0
+        for met, problem in members:
+            if met is truth:
+                continue
+            action = self._set_aside_duplicate(met, kept)
+            moved += action is None
+            if problem is not None:
+                problems.append(attrs.evolve(problem, action=action) if action is not None else done(
+                    problem, "repaired", f"a stale copy of the job's marker {kept}: moved into {DUPLICATES_SHOWN}"))
+        if moved < len(group) - 1:
+            return [*problems, *definitions, attrs.evolve(double, action="left: not every stale copy could be moved")]
+        detail = (f"kept {kept} (its frame verifies, and is the newest of the job's history); "
+                  f"moved {moved} other(s) into {DUPLICATES_SHOWN} with an audit record")
+        return [*problems, *definitions, done(double, "repaired", detail)]
+
+    def _member_problem(self, met: Met) -> Problem | None:
+        """What is wrong with one marker of a duplicate (``None`` when it verifies), as reported."""
+        if met.bad is not None:
+            return Problem(met.bad[0], met.path, str(met.marker.key), met.bad[1])
+        if met.damage is not None:
+            return Problem(met.damage.code, met.path, str(met.marker.key), met.damage.message)
+        return None
+
+    def _set_aside_duplicate(self, met: Met, kept: str) -> str | None:
+        """Move a stale copy into ``quarantine/duplicates/``; why not (an action), or ``None`` when done."""
+        damage = JobDamage("duplicate_marker", f"a stale copy of the job's marker {kept}", met.marker)
+        try:
+            self._quarantine(met.marker, damage, under=DUPLICATES)
+        except FileNotFoundError:
+            return "left: the marker changed while being repaired"
+        except FileExistsError:
+            return "left: the quarantine already holds an entry of this name; move one of them by hand"
+        except OSError as error:
+            return f"left: cannot move it into the quarantine: {error.strerror or error}"
+        return None
+
+    def _observe_name(self, code: str, path: str, message: str) -> tuple[str, str, str, Met | None]:
+        """A state-tree name the walk could not parse, with the marker it means when only its numbers are misspelt."""
         kind, _, rest = path.removeprefix(f"{self.handle.layout.state}/").partition("/")
         placement, _, name = rest.rpartition("/")
         marker = noncanonical_marker(kind, placement, name) if code == "unparseable_name" else None
         if marker is None:
+            return code, path, message, None
+        met = Met(marker, path, None)
+        self._read(met)
+        return code, path, message, met
+
+    def _name_problem(self, code: str, path: str, message: str, met: Met | None) -> Problem:
+        """A state-tree name the walk could not parse; ``noncanonical_name`` when only its numbers are misspelt."""
+        if met is None:
             return Problem(code, path, None, message)
+        marker = met.marker
         problem = Problem(
             "noncanonical_name", path, str(marker.key),
             f"no manager parses this marker name: its numbers are not written as the store writes them "
             f"({marker.name})",
         )
-        try:
-            self.store.read_frame(marker)
-        except JobDamage as damage:
+        if met.damage is not None:
             # Not the job's marker in any spelling: the job may still be missing_marker, restored from the journal.
-            left = f"left: spelt canonically it would not resolve either ({damage.code})"
+            left = f"left: spelt canonically it would not resolve either ({met.damage.code})"
             return attrs.evolve(problem, action=left) if self.repair else problem
         self._misnamed.add(marker.job_id)
         if not self.repair:
@@ -367,26 +500,23 @@ class Fsck:
             return attrs.evolve(problem, action="left: the marker changed while being repaired")
         return done(problem, "repaired", f"renamed to {marker.name}")
 
-    def _bad_marker(self, marker: Marker, code: str, message: str) -> Problem:
+    def _bad_marker(self, met: Met, code: str, message: str) -> Problem:
         """A marker name held by a symlink, FIFO, directory or non-empty file: set aside only when asked."""
-        problem = Problem(code, self.store.marker_path(marker), str(marker.key), message)
+        marker = met.marker
+        problem = Problem(code, met.path, str(marker.key), message)
         if not self.repair:
             return problem
         if not self.quarantine:
             return attrs.evolve(problem, action=SET_ASIDE_LEFT)
         if marker.kind in OWNED_KINDS and self._owner_live(marker):
             return attrs.evolve(problem, action="left: its manager is still heartbeating within its lease")
-        try:
-            base = self.store.read_frame(marker)
-        except JobDamage as damage:
-            base = damage
         action = self._set_aside(marker, problem)
         if action is not None:
             return attrs.evolve(problem, action=action)
         problem = attrs.evolve(problem, message=f"{problem.message}; {SET_ASIDE}")
-        if isinstance(base, JobDamage):
-            return done(problem, "quarantined", f"its frame is unreadable too ({base.code}): no marker restored")
-        return self._restore(problem, marker, base, marker.ref)
+        if met.damage is not None:
+            return done(problem, "quarantined", f"its frame is unreadable too ({met.damage.code}): no marker restored")
+        return self._restore(problem, marker, met.frame, marker.ref)
 
     def _set_aside(self, marker: Marker, problem: Problem) -> str | None:
         """Move the entry at ``marker``'s name into the quarantine tree; why not, or ``None`` when done."""
@@ -404,16 +534,15 @@ class Fsck:
             return ((ref, document) for entries in self._index.values() for _, ref, document in entries)
         return iter_frames(self.fs, self.store.reader, self.handle.layout.journal)
 
-    def _unmarked(self, seen: dict[str, list[Marker]]) -> list[Problem]:
-        """Jobs the journal or a payload holds with no marker: ``missing_marker``, ``orphaned_payload``, squatters."""
+    def _unmarked_suspects(self, met: set[str]) -> list[Unmarked]:
+        """Jobs the journal or a payload holds whose marker the walk did not meet (confirmed by waiting)."""
         layout = self.handle.layout
-        named = set(seen) | self._misnamed | quarantined_jobs(self.fs, layout.quarantine)
+        named = met | quarantined_jobs(self.fs, layout.quarantine)
         heads = journal_heads(self._frames(), self.handle.workspace_id, named)
         # A job that left by a transfer, or that an unfinished import will place, is not missing here.
         heads = {job: head for job, head in heads.items() if not held_by_transfer(self.fs, layout, head.frame)}
         orphans = list(payloads(self.fs, layout, lambda job_id: job_id in named or job_id in heads))
-        confirmed = confirm_unmarked(self.fs, layout, [*heads.values(), *orphans], self.store.config.deadline_seconds)
-        return [self._unmarked_problem(job) for job in sorted(confirmed, key=lambda job: (job.placement, str(job.key)))]
+        return [*heads.values(), *orphans]
 
     def _unmarked_problem(self, job: Unmarked) -> Problem:
         payload = self.handle.layout.payload(job.placement, str(job.key))
@@ -471,13 +600,13 @@ class Fsck:
             restored = marker
         else:
             frame = base.evolve(
-                generation=marker.generation + 1,
+                generation=self._next_generation(marker.job_id, marker.generation),
                 event=Event.FSCK_REPAIR.value,
                 previous_record_ref=ref,
                 created_at=self.handle.ports.clock.now(),
                 reason=f"fsck restored the marker of generation {marker.generation}",
             )
-            new_ref = self.store.writer.append(codec.frame_to_json(frame))
+            new_ref = self._append(frame)
             restored = Marker(frame.kind, frame.placement, marker.key, frame.priority, frame.generation, str(new_ref))
         try:
             self.fs.create_empty(self.store.marker_path(restored), durable=self.handle.durable)

@@ -1,4 +1,4 @@
-"""fsck beyond one marker's frame: the marker file itself, and jobs that no marker names.
+"""fsck beyond one marker's frame: the marker file, duplicates, jobs no marker names, job-id reservations.
 
 A walk of the state tree lists the kinds one after another, so it is no snapshot:
 a job moving between two kinds while they are listed is met twice, or not at all.
@@ -14,7 +14,9 @@ journal, keeping only the jobs no marker named; one listing of every directory
 of the placement tree outside ``.httk-workflow``, never entering a payload; one
 walk of the quarantine tree. Confirming costs a few listings of the placements
 concerned, and a wait of at most the visibility deadline when something is
-really wrong. Spec: 000 "Checking and repairing a workspace".
+really wrong: fsck probes every kind of suspicion in one shared wait
+(:func:`wait_once`). A job met under several markers is judged as a whole
+(:func:`choose_truth`). Spec: 000 "Checking and repairing a workspace".
 """
 
 from __future__ import annotations
@@ -25,19 +27,68 @@ from typing import Any
 
 import attrs
 
-from ..domain.lifecycle import StateKind
+from ..domain.frames import StateFrame
+from ..domain.lifecycle import OWNED_KINDS, StateKind
 from ..domain.model import CONTROL_DIR, RESERVED_PLACEMENT_NAMES, JobKey, ValidationError, check_placement
 from ..ports import FileStat, Filesystem
 from ..protocol import JOB_FILE
+from ..store.job_ids import JobIdTaken, read_reservation, reservation_of, reservation_temps, reserve_job_id
 from ..store.journal import JournalReader, RecordRef
 from ..store.layout import Layout
 from ..store.markers import Marker, MarkerNameError
+from ..store.store import JobDamage
 
 #: A number written another way than the store writes it: a sign, or leading zeros.
 _LOOSE_PRIORITY = re.compile(r"p[+-]?[0-9]{1,22}")
 _LOOSE_GENERATION = re.compile(r"g[0-9a-z]{1,22}")
 _AUDIT_SUFFIX = ".audit.json"
 _KINDS = frozenset(kind.value for kind in StateKind)
+#: A reservation temp this old is left by a creation that died: a live one renames or removes its temps in moments.
+RESERVATION_TEMP_SECONDS = 3600.0
+#: Damage a lagging view shows for a while (a segment, or a frame's tail, not visible yet): waited out.
+UNSEEN = frozenset({"missing_segment", "short_read"})
+#: Below the quarantine: the stale copies of a job's marker a repair set aside (the job keeps its marker).
+DUPLICATES = "duplicates"
+
+
+@attrs.frozen
+class Problem:
+    code: str
+    path: str
+    job: str | None
+    message: str
+    action: str = "reported"
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def done(problem: Problem, action: str, detail: str) -> Problem:
+    """``problem`` with a final action (``repaired``, ``quarantined``) and what exactly was done."""
+    return attrs.evolve(problem, action=action, message=f"{problem.message}; {detail}")
+
+
+@attrs.define
+class Met:
+    """One marker the walk met and what reading it found, before anything is repaired."""
+
+    marker: Marker
+    path: str
+    #: ``(code, message)`` when the entry at the marker's name is no empty regular file.
+    bad: tuple[str, str] | None
+    frame: StateFrame | None = None
+    damage: JobDamage | None = None
+    definition: JobDamage | None = None
+
+    @property
+    def valid(self) -> bool:
+        """An empty file whose frame verifies: a marker a manager acts on."""
+        return self.bad is None and self.damage is None
+
+    @property
+    def unseen(self) -> bool:
+        """Damaged in a way a lagging view shows too: read again until the visibility deadline."""
+        return self.damage is not None and self.damage.code in UNSEEN
 
 
 def noncanonical_marker(kind: str, placement: str, name: str) -> Marker | None:
@@ -66,25 +117,105 @@ def marker_file_problem(info: FileStat) -> tuple[str, str] | None:
     return None
 
 
-def confirm_duplicates(fs: Filesystem, groups: dict[str, list[str]], deadline: float) -> dict[str, list[str]]:
-    """The groups of marker paths of which two or more are still there once the visibility deadline has passed.
+#: A probe of one kind of suspicion: ``True`` once every suspicion it holds is settled (seen, or gone).
+Probe = Callable[[], bool]
+
+
+def wait_once(fs: Filesystem, probes: Iterable[Probe], deadline: float) -> None:
+    """One visibility wait shared by every suspicion of a run: each probe is called until it settles.
+
+    Started once every suspicion has been observed, so each one still gets the whole
+    deadline after it was seen, but N suspicions cost one deadline, not N. A settled
+    probe is not called again.
+    """
+    unsettled = list(probes)
+
+    def probe() -> bool | None:
+        unsettled[:] = [each for each in unsettled if not each()]
+        return True if not unsettled else None
+
+    fs.retry_until(probe, deadline)
+
+
+class Duplicates:
+    """Jobs met more than once: which of their marker paths are still there (``probe`` until settled).
 
     A job that moved from a listed kind into one not yet listed is met twice, but its
     old name is gone (a lagging view keeps showing it for less than the deadline).
     """
-    pending = dict(groups)
 
-    def probe() -> bool | None:
-        for job in list(pending):
-            present = [path for path in pending[job] if fs.lstat(path) is not None]
-            if len(present) < 2:
-                del pending[job]
-            else:
-                pending[job] = present
-        return True if not pending else None
+    def __init__(self, fs: Filesystem, groups: dict[str, list[str]]) -> None:
+        self._fs = fs
+        #: Job id -> the paths still present; a job with fewer than two is settled (no duplicate).
+        self.present = {job: list(paths) for job, paths in groups.items()}
 
-    fs.retry_until(probe, deadline)
-    return pending
+    def probe(self) -> bool:
+        unsettled = False
+        for job, paths in self.present.items():
+            if len(paths) >= 2:
+                self.present[job] = [path for path in paths if self._fs.lstat(path) is not None]
+                unsettled = unsettled or len(self.present[job]) >= 2
+        return not unsettled
+
+    def confirmed(self) -> dict[str, list[str]]:
+        """The groups of which two or more paths are still there."""
+        return {job: paths for job, paths in self.present.items() if len(paths) >= 2}
+
+
+def confirm_duplicates(fs: Filesystem, groups: dict[str, list[str]], deadline: float) -> dict[str, list[str]]:
+    """The groups of marker paths of which two or more are still there once the visibility deadline has passed."""
+    check = Duplicates(fs, groups)
+    wait_once(fs, [check.probe], deadline)
+    return check.confirmed()
+
+
+def descends(frames: dict[str, dict[str, Any]], newer: Met, older: Met) -> bool:
+    """Whether ``older``'s frame is in the history of ``newer``'s, following ``previous_record_ref`` through
+    ``frames`` (the job's readable frames by reference); generation 0 when the history reaches its submission."""
+    ref = newer.frame.previous_record_ref if newer.frame is not None else None
+    visited: set[str] = set()
+    while isinstance(ref, str) and ref not in visited:
+        if ref == older.marker.ref:
+            return True
+        visited.add(ref)
+        document = frames.get(ref)
+        if document is None:
+            return False  # a frame the journal does not hold readably: no history to tell
+        ref = document.get("previous_record_ref")
+    return ref is None and older.marker.generation == 0
+
+
+def choose_truth(
+    group: list[Met], frames: dict[str, dict[str, Any]], owner_live: Callable[[Marker], bool]
+) -> tuple[Met | None, str]:
+    """The one marker of a job met under several names that is its state, else ``None`` and why none is.
+
+    The protocol's answer: the newest marker whose frame verifies, provided every other
+    verifying one is in its history (a stale name a rename left behind). Anything else —
+    two jobs sharing an id, nothing that verifies, a newer marker that does not, two
+    histories, or a stale name a live manager may own — is for an operator.
+    """
+    if len({(met.marker.placement, str(met.marker.key)) for met in group}) > 1:
+        return None, "the markers are at different placements or under different keys: two jobs share one id"
+    valid = [met for met in group if met.valid]
+    if not valid:
+        return None, "none of its markers resolves to its frame: which one is the job's state is unknown"
+    top = max(met.marker.generation for met in valid)
+    newest = [met for met in valid if met.marker.generation == top]
+    if len(newest) > 1:
+        return None, f"{len(newest)} markers verify at generation {top}: which one committed is unknown"
+    [truth] = newest
+    for met in group:
+        if met is truth:
+            continue
+        if met.marker.generation > top:
+            return None, f"a newer marker (generation {met.marker.generation}) does not resolve to its frame"
+        if met.valid and not descends(frames, truth, met):
+            return None, (f"generation {met.marker.generation} is not in the history of generation {top}: "
+                          "which one committed is unknown")
+        if met.marker.kind in OWNED_KINDS and owner_live(met.marker):
+            return None, "a manager is still heartbeating within its lease; run the repair again once it stops"
+    return truth, ""
 
 
 @attrs.define
@@ -151,7 +282,11 @@ def _job_id_of(name: str) -> str | None:
 
 
 def quarantined_jobs(fs: Filesystem, quarantine: str) -> set[str]:
-    """The jobs with a marker (or a squatter, or an audit record) in the quarantine tree: set aside on purpose."""
+    """The jobs with a marker (or a squatter, or an audit record) in the quarantine tree: set aside on purpose.
+
+    A stale copy of a duplicate (below ``duplicates/``) sets no job aside: should the
+    marker the repair kept go missing too, the job is ``missing_marker``.
+    """
     found: set[str] = set()
     pending = [quarantine]
     while pending:
@@ -159,8 +294,8 @@ def quarantined_jobs(fs: Filesystem, quarantine: str) -> set[str]:
             job_id = _job_id_of(entry.name)
             if job_id is not None:
                 found.add(job_id)
-            elif entry.is_dir and not entry.is_symlink:
-                pending.append(entry.path)
+            elif entry.is_dir and not entry.is_symlink and entry.path != f"{quarantine}/{DUPLICATES}":
+                pending.append(entry.path)  # not the stale copies of duplicates: their jobs kept a marker
     return found
 
 
@@ -192,15 +327,20 @@ def _job_key(name: str) -> JobKey | None:
         return None
 
 
-def confirm_unmarked(fs: Filesystem, layout: Layout, jobs: list[Unmarked], deadline: float) -> list[Unmarked]:
-    """The jobs of which no kind holds a marker at their placement once the visibility deadline has passed.
+class UnmarkedCheck:
+    """Jobs no kind seemed to hold a marker of: ``probe`` lists their placements again until each is seen.
 
     One listing per kind of each placement concerned, per probe. A directory that
     carries the job's marker name is no marker: it is kept in ``squatters``.
     """
-    pending = {job.job_id: job for job in jobs}
 
-    def probe() -> bool | None:
+    def __init__(self, fs: Filesystem, layout: Layout, jobs: list[Unmarked]) -> None:
+        self._fs = fs
+        self._layout = layout
+        self.pending = {job.job_id: job for job in jobs}
+
+    def probe(self) -> bool:
+        pending = self.pending
         by_placement: dict[str, list[Unmarked]] = {}
         for job in pending.values():
             job.squatters = []
@@ -208,7 +348,7 @@ def confirm_unmarked(fs: Filesystem, layout: Layout, jobs: list[Unmarked], deadl
         for placement, group in by_placement.items():
             prefixes = {f"{job.key}.": job for job in group}
             for kind in StateKind:
-                for entry in fs.scandir(f"{layout.kind_dir(kind)}/{placement}"):
+                for entry in self._fs.scandir(f"{self._layout.kind_dir(kind)}/{placement}"):
                     job = prefixes.get(entry.name.rsplit(".", 3)[0] + ".")
                     if job is None or job.job_id not in pending:
                         continue
@@ -220,7 +360,72 @@ def confirm_unmarked(fs: Filesystem, layout: Layout, jobs: list[Unmarked], deadl
                         job.squatters.append(marker)
                     else:
                         del pending[job.job_id]
-        return True if not pending else None
+        return not pending
 
-    fs.retry_until(probe, deadline)
-    return list(pending.values())
+
+def confirm_unmarked(fs: Filesystem, layout: Layout, jobs: list[Unmarked], deadline: float) -> list[Unmarked]:
+    """The jobs of which no kind holds a marker at their placement once the visibility deadline has passed."""
+    check = UnmarkedCheck(fs, layout, jobs)
+    wait_once(fs, [check.probe], deadline)
+    return list(check.pending.values())
+
+
+def id_reservation_problems(
+    fs: Filesystem, layout: Layout, seen: dict[str, list[Marker]], missing: set[str], *, repair: bool, durable: bool
+) -> list[Problem]:
+    """``missing_id_reservation`` for ``missing`` (made by ``--repair``); ``id_reservation_conflict``
+    for a job whose id another job's reservation holds (left: two jobs share an id)."""
+    problems = []
+    for job_id in sorted(seen):
+        jobs = sorted({(marker.placement, str(marker.key)) for marker in seen[job_id]})
+        path = layout.id_reservation(job_id)
+        if job_id in missing:
+            placement, key = jobs[0]
+            problem = Problem("missing_id_reservation", path, key,
+                              "the job's id is not reserved (a workspace from before reservations): a "
+                              "submission or spawn elsewhere could give another job the same id")
+            if not repair:
+                problems.append(problem)
+                continue
+            try:
+                reserve_job_id(fs, layout, reservation_of(fs, layout, job_id, key, placement), durable=durable)
+                problems.append(done(problem, "repaired", f"reserved for job {key} at {placement}"))
+            except JobIdTaken as taken:
+                problems.append(attrs.evolve(problem, action=f"left: reserved meanwhile: {taken}"))
+        try:
+            held = read_reservation(fs, layout, job_id)
+            why = f"it is reserved by {held.describe()}" if held is not None else ""
+        except JobIdTaken as taken:
+            held, why = None, str(taken)
+        for placement, key in jobs:
+            if not why or (held is not None and (held.job_key, held.placement) == (key, placement)):
+                continue
+            left = "left: two jobs share one id; resubmit one of them under a new id"
+            problems.append(Problem("id_reservation_conflict", path, key,
+                                    f"job {key} at {placement} has an id reserved for another job: {why}",
+                                    left if repair else "reported"))
+    return problems
+
+
+def reservation_temp_problems(fs: Filesystem, layout: Layout, older_than: float, *, repair: bool) -> list[Problem]:
+    """``stale_reservation_temp``: each temp an interrupted reservation left in ``ids/`` (``--repair`` removes it).
+
+    Harmless to every reader (none takes a hidden name for a reservation), but it
+    never goes away by itself.
+    """
+    problems = []
+    for path in reservation_temps(fs, layout, older_than):
+        problem = Problem("stale_reservation_temp", path, None,
+                          "a temp of a job-id reservation whose creation was interrupted (no job holds it)")
+        if not repair:
+            problems.append(problem)
+            continue
+        try:
+            fs.remove(path)
+        except FileNotFoundError:
+            continue  # removed meanwhile (by another fsck): nothing left to report
+        except OSError as error:
+            problems.append(attrs.evolve(problem, action=f"left: cannot remove it: {error.strerror or error}"))
+            continue
+        problems.append(done(problem, "repaired", "removed"))
+    return problems

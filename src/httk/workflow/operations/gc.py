@@ -4,8 +4,11 @@ Safe against a live workspace: no marker or payload is touched; attempt
 control directories are collected only for terminal jobs; journal segments only
 when no marker references them and their writer's manager is not heartbeating;
 transfer ledgers (with the acknowledged bundle a source keeps) only once settled;
+a manager's directory only once it is provably not live (:meth:`GarbageCollector._gone`);
 and pruning an empty placement directory that a transition is recreating is an
-ordinary outcome, not an error. Spec: 000 "Freeing disk on a quota'd filesystem".
+ordinary outcome, not an error. Empty placement mirrors are pruned on every run,
+limits or none, and reported apart (``pruned``) from what a limit collected
+(``removed``). Spec: 000 "Freeing disk on a quota'd filesystem".
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..domain.lifecycle import TERMINAL_KINDS, StateKind
+from ..engine.manifest import read_beat, read_manifest
+from ..ports import Entry, ProcessControl, ProcessIdentity
 from ..store.journal import RecordRef
 from ..store.markers import INIT_REF
 from ..store.transfer_ledger import DESTINATION, Ledger, iter_ledgers
@@ -27,9 +32,12 @@ class GarbageCollector:
     """One collection pass over one workspace."""
 
     def __init__(
-        self, handle: WorkspaceHandle, *, dry_run: bool = False, progress: Callable[[int], None] | None = None
+        self, handle: WorkspaceHandle, *, dry_run: bool = False, progress: Callable[[int], None] | None = None,
+        process: ProcessControl | None = None,
     ) -> None:
         self.handle = handle
+        #: Proves a manager recorded on this host gone; without it no manager that did not stop cleanly is judged gone.
+        self.process = process
         #: Told of each marker walked and each journal segment judged (the CLI's progress line).
         self.progress = progress
         self.fs = handle.fs
@@ -38,6 +46,12 @@ class GarbageCollector:
         self.now = handle.ports.clock.now()
         self.retention = dict(handle.policy.get("retention") or {})
         self.removed: list[dict[str, Any]] = []
+        #: Empty placement mirrors pruned (or, dry, that would be): collected on every run, apart from ``removed``.
+        self.pruned: list[dict[str, Any]] = []
+        #: What was judged collectable but could not be removed, with the reason (never an error).
+        self.left: list[dict[str, Any]] = []
+        #: Each manager directory's last sign of life, as :meth:`_gone` found it.
+        self._last_signs: dict[str, float] = {}
 
     def run(self) -> dict[str, Any]:
         referenced, terminal_jobs = self._walk_markers()
@@ -49,6 +63,8 @@ class GarbageCollector:
             self._journal(referenced, float(self.retention["journal_days"]) * DAY)
         if "transfer_days" in self.retention:
             self._transfers(float(self.retention["transfer_days"]) * DAY)
+        if "manager_days" in self.retention:
+            self._managers(float(self.retention["manager_days"]) * DAY)
         self._empty_placements()
         return {
             "workspace": self.layout.root,
@@ -56,6 +72,9 @@ class GarbageCollector:
             "retention": self.retention,
             "removed": self.removed,
             "count": len(self.removed),
+            "pruned": self.pruned,
+            "pruned_count": len(self.pruned),
+            "left": self.left,
         }
 
     def _remove(self, category: str, path: str) -> None:
@@ -149,6 +168,109 @@ class GarbageCollector:
         times = [info.mtime for info in map(self.fs.lstat, paths) if info is not None]
         return bool(times) and self.now - max(times) >= age
 
+    def _managers(self, age: float) -> None:
+        """Directories of managers provably not live, silent for ``age``, and the empty request claims they left."""
+        gone: set[str] = set()
+        for entry in self.fs.scandir(self.layout.managers):
+            if entry.is_dir and self._gone(entry, age) and self._remove_manager(entry, age):
+                gone.add(entry.name)
+        claims = f"{self.handle.layout.requests}/claimed"
+        for holder in self.fs.scandir(claims):
+            if not holder.is_dir or any(True for _ in self.fs.scandir(holder.path)):
+                continue  # a claim still held is returned to ready by a live manager, never collected
+            if holder.name in gone or (self.fs.lstat(f"{self.layout.managers}/{holder.name}") is None
+                                       and self._older(holder.path, age)):
+                self._remove_empty("manager", holder.path)
+
+    def _remove_manager(self, entry: Entry, age: float) -> bool:
+        """Remove a gone manager's directory; whether it went.
+
+        A manager judged gone that resumes (a stopped process continued) writes its
+        heartbeat while the tree is removed, and the last ``rmdir`` meets a new name
+        (ENOTEMPTY). A file written since its last sign of life means it is live again:
+        the directory is left. Otherwise the removal is tried once more. What stays is
+        listed in ``left`` with the reason; gc never fails on it.
+        """
+        self.removed.append({"category": "manager", "path": entry.path})
+        if self.dry_run:
+            return True
+        since = self._last_signs.get(entry.path, self.now)
+        try:
+            self.fs.rmtree(entry.path)
+            return True
+        except OSError as error:
+            if self.fs.lstat(entry.path) is None:
+                return True  # removed meanwhile (another gc): the goal holds
+            if self._written_since(entry.path, since):
+                reason = "its manager wrote to it while it was removed: it is live again"
+            else:
+                try:
+                    self.fs.rmtree(entry.path)
+                    return True
+                except OSError as again:
+                    reason = f"{again.strerror or again} (tried twice; first: {error.strerror or error})"
+        self.removed.pop()
+        self.left.append({"category": "manager", "path": entry.path, "reason": reason})
+        return False
+
+    def _written_since(self, directory: str, since: float) -> bool:
+        """Whether a file below ``directory`` was modified after ``since`` (directories' own times
+        are left out: removing their entries is what changed them)."""
+        for entry in self.fs.scandir(directory):
+            if entry.is_dir:
+                if self._written_since(entry.path, since):
+                    return True
+                continue
+            info = self.fs.lstat(entry.path)
+            if info is not None and info.mtime > since:
+                return True
+        return False
+
+    def _gone(self, entry: Entry, age: float) -> bool:
+        """Whether the manager of ``entry`` is provably not live and its last sign of life is ``age`` old.
+
+        Its last sign of life is the newest of its heartbeat's time and the modification
+        times of its directory, manifest and heartbeat. Beyond that silence (and the
+        lease), a manager that stopped cleanly is gone; one on another host has only its
+        heartbeat to go by; one recorded on this host is gone only when its pid is (a live
+        pid keeps it, reused or not: the manifest records no process start time). A
+        directory without a (readable) manifest names no process: its silence alone
+        decides, heartbeat or not. A live manager that finds its manifest gone publishes
+        it again with its next heartbeat, so only a silent one stays without.
+        """
+        beat = read_beat(self.fs, self.layout, entry.name)
+        manifest = read_manifest(self.fs, self.layout, entry.name)
+        paths = (entry.path, f"{entry.path}/heartbeat.json", f"{entry.path}/manager.json")
+        times = [info.mtime for info in map(self.fs.lstat, paths) if info is not None]
+        times += [beat.time] if beat is not None else []
+        lease = ((beat.lease_seconds if beat is not None else None)
+                 or (manifest.lease_seconds if manifest is not None else None)
+                 or float(self.handle.policy["lease_seconds"]))
+        if times:
+            self._last_signs[entry.path] = max(times)
+        silent = self.now - max(times) if times else 0.0
+        if silent < age or silent <= lease:
+            return False
+        if beat is not None and beat.stopped:
+            return True
+        if manifest is None:
+            return True
+        if self.process is None:
+            return False  # this host cannot be told from another: keep
+        if manifest.host != self.process.hostname():
+            return True
+        identity = ProcessIdentity(host=manifest.host, pid=manifest.pid, start_ticks=None, pgid=manifest.pid)
+        return self.process.is_alive(identity) is False
+
+    def _remove_empty(self, category: str, path: str) -> None:
+        """Remove an empty directory; one that was filled meanwhile stays, and is not reported."""
+        if not self.dry_run:
+            try:
+                self.fs.rmdir(path)
+            except OSError:
+                return
+        self.removed.append({"category": category, "path": path})
+
     def _empty_placements(self) -> None:
         """Remove empty placement mirrors below the state kinds (a concurrent re-creation is fine)."""
         for kind in StateKind:
@@ -161,11 +283,11 @@ class GarbageCollector:
                 continue
             empty = False
         if empty and not top:
-            if self.dry_run:
-                return True
-            try:
-                self.fs.rmdir(directory)
-            except OSError:
-                return False  # something was renamed in underneath: an ordinary outcome
+            if not self.dry_run:
+                try:
+                    self.fs.rmdir(directory)
+                except OSError:
+                    return False  # something was renamed in underneath: an ordinary outcome
+            self.pruned.append({"category": "placement_mirror", "path": directory})
             return True
         return False

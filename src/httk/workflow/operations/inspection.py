@@ -16,16 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import codec
-from ..domain.frames import JoinRecord, StateFrame
+from ..domain.frames import ChildRef, JoinRecord, StateFrame
 from ..domain.lifecycle import TERMINAL_KINDS, StateKind
 from ..domain.model import check_placement
-from ..languages.realization import realization_of
-from ..protocol import JOB_FILE, JobSpec
+from ..protocol import JOB_FILE, JobSpec, RunLog
 from ..store.discovery import walk_names
 from ..store.job_ids import submitted_at
 from ..store.journal import FrameDamage
 from ..store.markers import INIT_REF, Marker, newest_per_job
-from ..store.store import JobDamage, Store
+from ..store.store import UNRESOLVABLE_CHILD, JobDamage, Store, current_kinds
 from ..store.transfer_ledger import resume_command, unfinished_sources
 from ..store.workspaces import WorkspaceHandle
 
@@ -34,6 +33,8 @@ from ..store.workspaces import WorkspaceHandle
 _RESOLVE_SCANS = 2
 _MAX_LISTED_MATCHES = 20
 _ATTEMPT_DIR = re.compile(r"^[0-9]{4,}-")
+_TERMINAL_NAMES = frozenset(kind.value for kind in TERMINAL_KINDS)
+RUNLOG_FORMAT = RunLog.FORMAT
 
 
 class SelectorError(ValueError):
@@ -222,35 +223,50 @@ def _budgets(spec: JobSpec, frame: StateFrame) -> dict[str, Any]:
     return budgets
 
 
-def _join_children(join: JoinRecord) -> list[dict[str, Any]]:
-    """The join's children as ``{label, job_key, job_id}``; where each one is comes from its note."""
-    return [{"label": child.label, "job_key": child.job_key, "job_id": child.job_id} for child in join.children]
+def _join_children(store: Store, parent_id: str, join: JoinRecord) -> list[dict[str, Any]]:
+    """Each join child's ``{label, job_key, job_id, placement, kind, failure}``.
+
+    The kind is the child's terminal note's, else the kind of its current marker
+    (:func:`~..store.store.current_kinds`, the lookup context.json uses) or ``unresolvable``.
+    One listing of the notes and one per placement and kind, whatever the number of children.
+    """
+    directory = f"{store.layout.control}/joins/{parent_id}"
+    noted = {entry.name for entry in store.fs.scandir(directory)}
+    entries = [_child_state(store, directory, noted, child) for child in join.children]
+    unnoted = [child for child, entry in zip(join.children, entries, strict=True) if entry["kind"] is None]
+    kinds = current_kinds(store.fs, store.layout, unnoted)
+    for entry in entries:
+        if entry["kind"] is None:
+            kind = kinds.get(entry["job_id"])
+            entry["kind"] = kind.value if kind is not None else UNRESOLVABLE_CHILD
+    return entries
 
 
-def _child_state(store: Store, parent_id: str, child: dict[str, Any]) -> dict[str, Any]:
-    entry = dict(child, kind="pending", failure=None, placement=None)
-    job_id = child.get("job_id")
-    if not isinstance(job_id, str):
+def _child_state(store: Store, directory: str, noted: set[str], child: ChildRef) -> dict[str, Any]:
+    """One child as its terminal note says; ``kind`` is ``None`` when it has no usable note."""
+    entry: dict[str, Any] = {"label": child.label, "job_key": child.job_key, "job_id": child.job_id,
+                             "placement": child.placement, "kind": None, "failure": None}
+    name = f"{child.job_id}.json"
+    if name not in noted:
         return entry
-    path = f"{store.layout.control}/joins/{parent_id}/{job_id}.json"
+    path = f"{directory}/{name}"
     try:
         note = codec.decode_object(store.fs.read_document(path), path)
-    except (FileNotFoundError, NotADirectoryError):
-        return entry
-    except OSError as error:
+    except FileNotFoundError:
+        return entry  # removed since the listing
+    except (OSError, codec.DocumentError) as error:
         entry["note_error"] = str(error)
         return entry
-    except codec.DocumentError as error:
-        entry["note_error"] = str(error)
+    if note.get("kind") not in _TERMINAL_NAMES:
+        # Read as no note, as the waiting pass reads it (engine.commit.read_note).
+        entry["note_error"] = f"{path}: the note names no terminal kind ({note.get('kind')!r})"
         return entry
     entry.update(
-        kind=note.get("kind", "pending"),
+        kind=note["kind"],
         failure=note.get("failure"),
-        placement=note.get("placement"),
-        job_key=note.get("job_key", entry["job_key"]),
+        placement=note.get("placement", child.placement),
+        job_key=note.get("job_key", child.job_key),
     )
-    if entry["label"] is None:
-        entry["label"] = note.get("label")
     return entry
 
 
@@ -284,8 +300,57 @@ def _paths(store: Store, marker: Marker, spec: JobSpec | None) -> dict[str, Any]
     }
 
 
+#: How many of the latest attempt's headline events ``job show`` reports, newest last.
+HEADLINES_SHOWN = 5
+RUNLOG = ".httk-runner/runlog.jsonl"
+#: Only the end of a run log is read for its headlines: a step may log a great deal.
+_RUNLOG_TAIL_BYTES = 256 * 1024
+
+
+def latest_headlines(store: Store, paths: dict[str, Any], limit: int = HEADLINES_SHOWN) -> list[dict[str, Any]]:
+    """The newest ``limit`` headline events of the latest attempt (oldest first), from its workdir's run log.
+
+    Spec 002: a headline is "meant to be read first when the job is inspected". Read from the end
+    of ``<workdir>/.httk-runner/runlog.jsonl``; a torn or foreign line is skipped, and a run log
+    reached through a symbolic link (the runner owns its workdir) is not read at all.
+    """
+    control, workdir = paths.get("control"), paths.get("workdir")
+    if not control or not workdir:
+        return []
+    attempt_id = control.rsplit("/", 1)[-1].partition("-")[2]
+    path = f"{workdir}/{RUNLOG}"
+    fs = store.fs
+    stat = fs.lstat(path)
+    if stat is None or not stat.is_file or fs.find_symlink(workdir, path) is not None:
+        return []
+    offset = max(0, stat.size - _RUNLOG_TAIL_BYTES)
+    try:
+        lines = fs.read_range(path, offset, stat.size - offset).split(b"\n")
+    except OSError:
+        return []
+    found: list[dict[str, Any]] = []
+    for line in lines[1:] if offset else lines:  # a tail starts inside a line
+        try:
+            event = codec.decode_object(line, path)
+        except codec.DocumentError:
+            continue
+        if event.get("format") == RUNLOG_FORMAT and event.get("kind") == "headline" \
+                and event.get("attempt_id") == attempt_id:
+            found.append({name: event.get(name) for name in ("time", "step", "label", "message")})
+    return found[-limit:] if limit > 0 else []
+
+
+def job_headlines(
+    store: Store, marker: Marker, spec: JobSpec | None, limit: int = HEADLINES_SHOWN
+) -> list[dict[str, Any]]:
+    """:func:`latest_headlines` of one job, its latest attempt's workdir found as ``job show`` finds it."""
+    return latest_headlines(store, _paths(store, marker, spec), limit)
+
+
 def show_job(handle: WorkspaceHandle, marker: Marker) -> dict[str, Any]:
     """Everything ``job show`` reports about one job; frame damage is reported, never raised."""
+    from ..languages.realization import realization_of  # here: status and list start without the languages
+
     store = handle.store
     report: dict[str, Any] = _marker_summary(marker)
     damage: dict[str, str] | None = None
@@ -318,6 +383,7 @@ def show_job(handle: WorkspaceHandle, marker: Marker) -> dict[str, Any]:
         paths=_paths(store, marker, spec),
     )
     report.update(_frame_part(store, marker, frame, spec))
+    report["headlines"] = latest_headlines(store, report["paths"])
     return report
 
 
@@ -327,7 +393,7 @@ def _frame_part(store: Store, marker: Marker, frame: StateFrame | None, spec: Jo
     join = frame.join
     children = None
     if join is not None:
-        children = [_child_state(store, marker.job_id, child) for child in _join_children(join)]
+        children = _join_children(store, marker.job_id, join)
     return {
         "step": frame.step,
         "event": frame.event,

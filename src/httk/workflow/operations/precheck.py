@@ -9,7 +9,9 @@ the pinned digest, and measures the job against the workspace's live managers.
 A language job whose engine modules are absent here names the pip extra to
 install: a failure only when no live manager serves its executor, else
 ``indeterminate``. An installed runner with no search path to look in is ``indeterminate``, not a
-failure. The report is advisory: the authoritative gate is at attempt start.
+failure. Setting names of a hand-edited settings.json that share one ``HTTK_*``
+variable (``a.b-c``, ``a.b_c``) are a notice: a manager exports that variable for
+neither. The report is advisory: the authoritative gate is at attempt start.
 Spec: 000 "Readiness and transfer environment advisories".
 """
 
@@ -21,7 +23,7 @@ from typing import Any
 from ..domain.lifecycle import StateKind
 from ..domain.scheduling import Requirements, mismatches
 from ..languages.realization import LANGUAGE, LANGUAGES, missing_modules, realization_of
-from ..store.policy import setting_env_name
+from ..store.policy import collision_text, env_collisions, setting_env_name
 from ..store.runners import RunnerUnavailable, digest_mismatch, resolve_runner
 from ..store.store import JobDamage
 from ..store.workspaces import WorkspaceHandle
@@ -120,6 +122,17 @@ def _settings_notices(handle: WorkspaceHandle, needing: Mapping[str, list[str]])
     return out
 
 
+def _collision_notices(handle: WorkspaceHandle, settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Setting names of a hand-edited settings.json that share one environment variable (a warning)."""
+    out = []
+    for variable, names in sorted(env_collisions(settings).items()):
+        fix = f"'httk workflow workspace settings unset {handle.reference} {names[-1]}'"
+        out.append({"environment": variable, "settings": list(names), "fix": fix.strip("'"),
+                    "message": f"{collision_text(variable, names)}: a manager exports {variable} for neither "
+                               f"(runners read each from context.json); keep one name, e.g. {fix}"})
+    return out
+
+
 def precheck(
     handle: WorkspaceHandle, *, uid: int, search_paths: Sequence[str] = (), environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -181,8 +194,9 @@ def precheck(
             entry["findings"] = findings
             jobs.append(entry)
     missing = _settings_notices(handle, needing)
-    notices = [entry["message"] for entry in missing]
+    collisions = _collision_notices(handle, settings)
+    notices = [entry["message"] for entry in missing] + [entry["message"] for entry in collisions]
     if not live:
         notices.append("no manager is live for this workspace; claimability was not measured")
     return {"workspace": handle.root, "jobs": jobs, "notices": notices, "failed": failed,
-            "settings": settings, "settings_missing": missing}
+            "settings": settings, "settings_missing": missing, "settings_collisions": collisions}

@@ -12,9 +12,9 @@ is written and again when it is read, so a remote never reaches a transport with
 a key or value its template does not allow.
 
 ``split_reference`` decides from the text alone whether a workspace argument is
-``REMOTE:PATH``: no file is consulted, so a remote reference is recognized before
-anything touches the local filesystem (a local path with a colon is spelled
-``./a:b``). Everything here goes through the Filesystem port and the catalog.
+``REMOTE:PATH`` (it lives in :mod:`.remote_reference`, re-exported here, so that
+every local command can ask without importing this module). Everything here goes
+through the Filesystem port and the catalog.
 Spec: 000 "Running on a remote", "Initialize a workspace".
 """
 
@@ -30,37 +30,18 @@ import attrs
 from .. import codec
 from ..ports import BatchSystem, Filesystem, RemoteTransport
 
+# Re-exported: they are this registry's names too (``from .remotes import RemoteError``).
+from .remote_reference import RemoteError as RemoteError
+from .remote_reference import RemoteReference as RemoteReference
+from .remote_reference import split_reference as split_reference
+
 REMOTE_FORMAT = "httk-workflow-remote"
 TEMPLATE_FORMAT = "httk-workflow-remote-template"
 TYPES = ("string", "integer", "number", "boolean")
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}")
-_REFERENCE = re.compile(r"([a-z0-9][a-z0-9._-]{0,47}):(.*)", re.DOTALL)
 _SPEC_MEMBERS = {"type", "default", "required", "description", "minimum", "maximum"}
 _TRUE = {"yes", "true", "on", "1"}
 _FALSE = {"no", "false", "off", "0"}
-
-
-class RemoteError(ValueError):
-    """A remote that is missing, misnamed or misconfigured; the message names it and the fix."""
-
-
-@attrs.frozen
-class RemoteReference:
-    """``REMOTE:PATH`` split: the remote's name and the path or workspace name there ('' = its default)."""
-
-    remote: str
-    path: str
-
-    def __str__(self) -> str:
-        return f"{self.remote}:{self.path}"
-
-
-def split_reference(reference: str | None) -> RemoteReference | None:
-    """``REMOTE:PATH`` as a :class:`RemoteReference`; ``None`` for anything local (text only, no I/O)."""
-    if not reference:
-        return None
-    match = _REFERENCE.fullmatch(reference)
-    return RemoteReference(match[1], match[2]) if match else None
 
 
 @attrs.frozen
@@ -271,7 +252,18 @@ class RemoteRegistry:
         try:
             data = self.fs.read_bytes(path)
         except FileNotFoundError:
-            raise RemoteError(f"no remote named {name!r}; see 'httk workflow remote list' and 'remote add'") from None
+            import difflib  # only for this refusal: start-up does not pay for it
+
+            try:
+                names = self.names()
+            except OSError:  # the suggestion is best effort: an unreadable directory suggests nothing
+                names = []
+            # 0.75, not difflib's 0.6: a typo ('kapa', 'kappa2'), not any name sharing letters ('nowhere', 'here').
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+            listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (configured: {listed})" if names else ""
+            raise RemoteError(f"no remote named {name!r}{hint}; see 'httk workflow remote list' and 'remote add'") \
+                from None
         return self._parse(codec.decode_object(data, path), path, name)
 
     def add(self, name: str, template_name: str) -> Remote:

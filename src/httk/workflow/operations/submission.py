@@ -27,7 +27,7 @@ import attrs
 from .. import codec
 from ..domain.lifecycle import StateKind
 from ..domain.model import JobKey, ValidationError, check_placement, check_tag
-from ..ports import Filesystem, walk_tree
+from ..ports import Filesystem, UnreadableDocument, walk_tree
 from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec, parse_job_bytes
 from ..store.digests import fs_digest
 from ..store.job_ids import JobIdTaken, Reservation, check_job_id, job_id_traces, release_job_id, reserve_job_id
@@ -168,9 +168,13 @@ def plan_submission(
         raise SubmissionError(f"{source}: not a payload directory (expected a directory holding job.json)")
     job_file = f"{source}/{JOB_FILE}"
     try:
-        data = fs.read_bytes(job_file)
+        # As a manager reads it (Store.read_spec): a regular file, never through a link, never blocking.
+        data = fs.read_document(job_file)
     except FileNotFoundError:
         raise SubmissionError(f"{job_file}: missing; prepare the payload with prepare_job_payload first") from None
+    except UnreadableDocument as error:
+        raise SubmissionError(f"{error}; a manager runs only a payload whose job.json is a regular file: "
+                              "prepare the payload with prepare_job_payload") from None
     spec = parsed.get(data) if parsed is not None else None
     if spec is None:
         try:

@@ -132,8 +132,12 @@ class JournalReader:
         self._dir = journal_dir
         self._deadline = deadline_seconds
 
-    def read(self, ref: RecordRef | str) -> dict[str, Any]:
-        """The frame's JSON object; raises :class:`FrameDamage`."""
+    def read(self, ref: RecordRef | str, *, deadline_seconds: float | None = None) -> dict[str, Any]:
+        """The frame's JSON object; raises :class:`FrameDamage`.
+
+        ``deadline_seconds`` replaces the configured visibility deadline for this read:
+        ``0`` probes once, for a caller (fsck) that waits out many reads together.
+        """
         if isinstance(ref, str):
             try:
                 ref = RecordRef.parse(ref)
@@ -148,7 +152,7 @@ class JournalReader:
             return data if len(data) == ref.length else None
 
         try:
-            data = self._fs.retry_until(probe, self._deadline)
+            data = self._fs.retry_until(probe, self._deadline if deadline_seconds is None else deadline_seconds)
         except OSError as error:  # a directory or FIFO where the segment belongs, an unreadable file
             raise FrameDamage("missing_segment", f"journal segment {unreadable(path, error)}") from None
         if data is None:
@@ -158,7 +162,13 @@ class JournalReader:
         return decode_frame(data, str(ref), expected_prefix=ref.prefix)
 
     def iter_segment(self, path: str) -> Iterator[tuple[RecordRef | None, dict[str, Any] | FrameDamage]]:
-        """Every frame of one segment in order; a damaged tail yields one damage and stops."""
+        """Every frame of one segment in order; each damage is yielded as ``(None, damage)``.
+
+        A frame whose two length fields agree but whose checksum or document is bad
+        damages only itself: the walk goes on after it, so a flipped byte does not
+        hide every later frame of the segment (fsck's repair looks for them). A torn
+        tail or a broken length stops the walk: nothing after it can be found.
+        """
         match = re.search(r"/([0-9a-f]{12})/([0-9]+)\.journal$", path)
         if not match:
             return
@@ -187,7 +197,10 @@ class JournalReader:
                 document = decode_frame(chunk, f"{path}:{offset}", expected_prefix=None)
             except FrameDamage as damage:
                 yield None, damage
-                return
+                if damage.code == "reference_mismatch":  # the lengths disagree: no frame boundary to go on from
+                    return
+                offset += total
+                continue
             prefix = chunk[_LENGTH.size + length : _LENGTH.size + length + 4].hex()
             yield RecordRef(writer, segment, offset, total, prefix), document
             offset += total

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..codec import type_name
@@ -23,7 +24,7 @@ DEFAULT_POLICY: dict[str, Any] = {
     "journal_segment_bytes": 67108864,
     "retention": {},
 }
-RETENTION_KEYS = ("attempt_control_days", "journal_days", "trash_days", "transfer_days")
+RETENTION_KEYS = ("attempt_control_days", "journal_days", "trash_days", "transfer_days", "manager_days")
 SETTING_NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*(\.[a-z0-9_][a-z0-9_-]*)*$")
 
 
@@ -159,15 +160,62 @@ def check_engine_setting(name: str, value: Any) -> None:
             raise PolicyError(str(error)) from None
 
 
+#: The attempt variables the manager itself sets (``HTTK_WORKFLOW_CONTEXT``...): no setting may be exported there.
+PROTOCOL_ENV_PREFIX = "HTTK_WORKFLOW_"
+
+
 def setting_env_name(name: str) -> str:
     """``vasp.command`` → ``HTTK_VASP_COMMAND``."""
     return "HTTK_" + name.upper().replace(".", "_").replace("-", "_")
 
 
+def env_collisions(names: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The environment variables that two or more setting names share, with those names.
+
+    ``.``, ``-`` and ``_`` all become ``_`` (``a.b-c`` and ``a.b_c`` are both
+    ``HTTK_A_B_C``), so distinct names can meet in one variable.
+    """
+    by_variable: dict[str, list[str]] = {}
+    for name in names:
+        by_variable.setdefault(setting_env_name(name), []).append(name)
+    return {variable: tuple(sorted(group)) for variable, group in by_variable.items() if len(group) > 1}
+
+
+def collision_text(variable: str, names: Sequence[str]) -> str:
+    """One collision, worded the same by every place that reports it."""
+    return f"settings {' and '.join(names)} share the environment variable {variable}"
+
+
+def check_setting_env_name(name: str, existing: Iterable[str]) -> None:
+    """Refuse ``name`` when its environment variable is already another setting's (one of them would win),
+    or is in the protocol's own ``HTTK_WORKFLOW_*`` namespace (which always wins over a setting)."""
+    variable = setting_env_name(name)
+    if variable.startswith(PROTOCOL_ENV_PREFIX):
+        raise PolicyError(
+            f"setting {name}: its environment variable {variable} is in the protocol's own {PROTOCOL_ENV_PREFIX}* "
+            "namespace, which a runner would read instead; choose a name not starting with 'workflow.', 'workflow_' or "
+            "'workflow-'"
+        )
+    others = sorted(other for other in existing if other != name and setting_env_name(other) == variable)
+    if others:
+        raise PolicyError(
+            f"setting {name}: {collision_text(variable, [others[0], name])}, so a manager could export only "
+            f"one of them; use the existing name {others[0]}, or unset it first"
+        )
+
+
 def scalar_settings_env(settings: dict[str, Any]) -> dict[str, str]:
-    """The attempt environment of the scalar settings (objects and arrays stay in context.json)."""
+    """The attempt environment of the scalar settings (objects and arrays stay in context.json).
+
+    A variable two setting names share (a hand-edited settings.json: ``settings set``
+    refuses the second name) is exported for neither, never for whichever comes
+    last: a runner's ``a.setting(name)`` then reads each from context.json.
+    """
+    shared = {name for names in env_collisions(settings).values() for name in names}
     env: dict[str, str] = {}
     for name, value in settings.items():
+        if name in shared:
+            continue
         if isinstance(value, bool):
             env[setting_env_name(name)] = "true" if value else "false"
         elif isinstance(value, int | float | str):

@@ -11,14 +11,14 @@ decided by the domain's transition table. Spec: 000 "Workspace policy",
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
 
 from .. import codec
-from ..domain.frames import StateFrame
-from ..domain.lifecycle import LEAVING_EVENTS, Event, StateKind, next_kind
+from ..domain.frames import ChildRef, StateFrame
+from ..domain.lifecycle import LEAVING_EVENTS, TERMINAL_KINDS, Event, StateKind, next_kind
 from ..domain.model import JobKey
 from ..domain.placement import placement_matches
 from ..ports import Clock, Filesystem, unreadable
@@ -147,14 +147,17 @@ class Store:
             step=spec.initial_step if spec is not None else "",
         )
 
-    def read_frame(self, marker: Marker) -> StateFrame | None:
-        """The frame a marker names (``None`` for generation 0); raises :class:`JobDamage`."""
+    def read_frame(self, marker: Marker, *, deadline_seconds: float | None = None) -> StateFrame | None:
+        """The frame a marker names (``None`` for generation 0); raises :class:`JobDamage`.
+
+        ``deadline_seconds`` overrides the visibility deadline of this one read (see :meth:`JournalReader.read`).
+        """
         if marker.generation == 0:
             if marker.ref != INIT_REF:
                 raise JobDamage("reference_mismatch", f"generation 0 must reference {INIT_REF!r}", marker)
             return None
         try:
-            document = self.reader.read(marker.ref)
+            document = self.reader.read(marker.ref, deadline_seconds=deadline_seconds)
         except FrameDamage as damage:
             raise JobDamage(damage.code, damage.message, marker) from None
         try:
@@ -311,3 +314,52 @@ class Store:
                 if marker.job_id == job_id:
                     return marker
         return None
+
+
+# -- many known jobs at once ---------------------------------------------------------------------
+#: Where a job not known to be terminal is looked for first: every kind but the terminal ones, whose
+#: trees hold the workspace's history and are listed only for the jobs found nowhere else.
+NOT_TERMINAL_KINDS: tuple[StateKind, ...] = tuple(kind for kind in StateKind if kind not in TERMINAL_KINDS)
+
+#: The kind reported for a join child that has neither a terminal note nor a marker (its payload left).
+UNRESOLVABLE_CHILD = "unresolvable"
+
+
+def locate_many(fs: Filesystem, layout: Layout, jobs: Iterable[ChildRef],
+                kinds: Sequence[StateKind]) -> dict[str, Marker]:
+    """The current (highest-generation) marker among ``kinds`` of each job whose placement and key are known.
+
+    By job id; a job with no marker among ``kinds`` is absent. One listing per placement and
+    kind, whatever the number of jobs (a join of thousands of children, say), never one per job.
+    """
+    wanted: dict[str, dict[str, str]] = {}
+    for job in jobs:
+        wanted.setdefault(job.placement, {})[job.job_key] = job.job_id
+    found: list[Marker] = []
+    for placement, keys in wanted.items():
+        for kind in kinds:
+            for entry in fs.scandir(f"{layout.kind_dir(kind)}/{placement}"):
+                if entry.is_dir:
+                    continue
+                try:
+                    marker = Marker.parse(kind, placement, entry.name)
+                except MarkerNameError:
+                    continue
+                if keys.get(str(marker.key)) == marker.job_id:
+                    found.append(marker)
+    return newest_per_job(found)
+
+
+def current_kinds(fs: Filesystem, layout: Layout, jobs: Sequence[ChildRef]) -> dict[str, StateKind]:
+    """The kind of each job's current marker, by job id; a job with no marker at all is absent.
+
+    The one lookup of join children that have no terminal note (``context.json``, ``job show``,
+    ``job why``): the non-terminal trees first, the terminal ones only for the jobs not found there.
+    """
+    if not jobs:
+        return {}
+    markers = locate_many(fs, layout, jobs, NOT_TERMINAL_KINDS)
+    lost = [job for job in jobs if job.job_id not in markers]
+    if lost:
+        markers.update(locate_many(fs, layout, lost, tuple(sorted(TERMINAL_KINDS))))
+    return {job_id: marker.kind for job_id, marker in markers.items()}

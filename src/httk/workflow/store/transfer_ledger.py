@@ -259,7 +259,7 @@ def unfinished_sources(fs: Filesystem, layout: Layout, clock: Clock) -> list[dic
             state = ledger.state()
             if state["final"] or state["step"] is None:
                 continue  # never planned: no job was touched
-            planned = (ledger.read_slot(1) or {}).get("jobs") or []
+            jobs = planned_keys(ledger.read_slot(1), ledger.slot_file(1))
         except (LedgerError, OSError, codec.DocumentError) as error:
             out.append({"transfer_id": transfer_id, "step": None, "destination": None, "jobs": [],
                         "problem": " ".join(str(error).split())})
@@ -268,9 +268,90 @@ def unfinished_sources(fs: Filesystem, layout: Layout, clock: Clock) -> list[dic
             destination = (ledger.header().get("destination") or {}).get("label")
         except (LedgerError, OSError, codec.DocumentError):
             destination = None
-        out.append({"transfer_id": transfer_id, "step": state["step"], "destination": destination,
-                    "jobs": [str(job.get("job_key")) for job in planned if isinstance(job, dict)]})
+        out.append({"transfer_id": transfer_id, "step": state["step"], "destination": destination, "jobs": jobs})
     return out
+
+
+def planned_keys(step: Mapping[str, Any] | None, path: str) -> list[str]:
+    """The job keys a recorded step (at ``path``) names in ``jobs``; none for a missing step or ``jobs``.
+
+    Raises ``LedgerError`` when ``jobs`` is not a list of objects each with a string
+    ``job_key``: a damaged step, which the callers report instead of guessing keys.
+    """
+    jobs = (step or {}).get("jobs")
+    if jobs is None:
+        return []
+    if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
+        raise LedgerError(f"{path}: jobs is not a list of job objects")
+    keys = [job.get("job_key") for job in jobs]
+    for number, key in enumerate(keys, 1):
+        if not isinstance(key, str) or not key:
+            raise LedgerError(f"{path}: job {number} of jobs has no job_key")
+    return keys
+
+
+_STEP_FILE = re.compile(r"^[1-9][0-9]*\.json$")
+
+
+def ledger_census(fs: Filesystem, layout: Layout, clock: Clock) -> Iterator[dict[str, Any]]:
+    """Every ledger of the workspace that ``fsck`` names, read only, in transfer-id order.
+
+    ``{transfer_id, path, problem}`` for one that does not read: a ``ledger.json`` that
+    does not parse or is not this transfer's, a step that does not parse or does not fit
+    its slot, or steps without a header (a transfer nothing can finish or roll back).
+    A directory holding no header and no step is a creation under way (or one that died
+    before it recorded anything) and is skipped, as is every settled ledger.
+
+    ``{transfer_id, path, role, step, source, destination, jobs}`` (labels as the
+    command named them, ``jobs`` the job keys in flight) for one that is unfinished and
+    holds jobs: a source with a plan and no final step (its jobs stay ``transferring``),
+    and a destination that decided ``imported`` but has not acknowledged (its jobs may
+    be only partly placed here). A destination that received a bundle and decided
+    nothing holds no job (they are still at the source) and is not named.
+    """
+    for entry in sorted(fs.scandir(transfers_dir(layout)), key=lambda item: item.name):
+        if not entry.is_dir or not _TRANSFER_ID.match(entry.name):
+            continue
+        transfer_id, header_path = entry.name, f"{entry.path}/ledger.json"
+        base = {"transfer_id": transfer_id, "path": entry.path}
+        try:
+            header = codec.decode_object(fs.read_document(header_path), header_path)
+        except FileNotFoundError:
+            if any(_STEP_FILE.match(step.name) for step in fs.scandir(f"{entry.path}/steps")):
+                yield {**base, "problem": f"{header_path} is missing, but steps were recorded"}
+            continue
+        except (OSError, codec.DocumentError) as error:
+            yield {**base, "problem": " ".join(str(error).split())}
+            continue
+        role = header.get("role")
+        if header.get("format") != LEDGER_FORMAT or role not in ROLES or header.get("transfer_id") != transfer_id:
+            yield {**base, "problem": f"{header_path} is not the ledger of transfer {transfer_id}"}
+            continue
+        ledger = Ledger(fs, layout, transfer_id, str(role), durable=False, clock=clock)
+        try:
+            steps = ledger.steps()
+            for step in steps:
+                if step.get("slot") not in range(1, len(SLOTS[ledger.role]) + 1) or \
+                        step.get("step") not in SLOTS[ledger.role][int(step["slot"]) - 1]:
+                    raise LedgerError(f"{ledger.directory}/steps: slot {step.get('slot')!r} holds "
+                                      f"{step.get('step')!r}, which no {ledger.role} ledger records there")
+            last = steps[-1] if steps else None
+            if last is None or last["slot"] == len(SLOTS[ledger.role]):
+                continue  # nothing recorded yet, or settled
+            if ledger.role == SOURCE:
+                jobs = planned_keys(ledger.read_slot(1), ledger.slot_file(1))
+            elif last["step"] == "imported":
+                jobs = planned_keys(last, ledger.slot_file(int(last["slot"])))
+            else:
+                continue  # received, or rolled back: every job is at the source
+        except (LedgerError, OSError, codec.DocumentError) as error:
+            yield {**base, "problem": " ".join(str(error).split())}
+            continue
+        source, destination = header.get("source") or {}, header.get("destination") or {}
+        yield {**base, "role": ledger.role, "step": last["step"],
+               "source": source.get("label") if isinstance(source, dict) else None,
+               "destination": destination.get("label") if isinstance(destination, dict) else None,
+               "jobs": jobs}
 
 
 def held_by_transfer(fs: Filesystem, layout: Layout, frame: Mapping[str, Any] | None) -> bool:

@@ -155,6 +155,7 @@ class WorkspaceHandle:
             except BatchSystemError as error:
                 raise policy_rules.PolicyError(str(error)) from None
         settings = self.settings()
+        policy_rules.check_setting_env_name(name, settings)
         settings[name] = value
         self.fs.write_atomic(self.layout.settings_file, codec.encode(settings), durable=self.durable)
 

@@ -94,6 +94,9 @@ class CommandLineBatchSystem(ABC):
     #: What a job id of this scheduler looks like; anything else is refused before it reaches a command.
     id_pattern: ClassVar[re.Pattern[str]] = re.compile(r"[0-9]+")
     capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Whether a job id is the manager's pid on the submitting machine (``local``): only then is a
+    #: registered manager matched to a job by its pid, and its cancel spelled ``kill -TERM PID``.
+    job_ids_are_pids: ClassVar[bool] = False
     #: The directive prefix of the batch script (``#SBATCH``); '' for a scheduler without directives.
     directive_prefix: ClassVar[str] = ""
     #: The workspace settings that become directives, in the order they are written.

@@ -51,6 +51,7 @@ class LocalBatchSystem(CommandLineBatchSystem):
     commands = ("setsid", "nohup", "sh")
     # A pid, and the process's start time so a reused pid is never mistaken for the manager.
     id_pattern = re.compile(r"[1-9][0-9]*(\.[0-9]+)?")
+    job_ids_are_pids = True
     finished_states = {"EXITED": None}  # the exit status of a detached process is not kept
     # The probe names every id it is given: one it does not is a probe gone wrong, not a finished job.
     forgotten = BatchJobStatus("UNKNOWN", finished=False)

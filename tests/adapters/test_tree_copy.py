@@ -1,0 +1,120 @@
+"""The POSIX adapter's tree copy makes what ``shutil.copytree(symlinks=True)`` makes, and never opens a special file."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from httk.workflow.adapters.fs_posix import PosixFilesystem
+
+
+def facts(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every name below ``root`` (``root`` itself as ``.``): kind, permission bits, mtime, bytes or link target."""
+    out: dict[str, tuple[object, ...]] = {}
+    for current, dirs, files in os.walk(root):
+        for name in [".", *dirs, *files] if current == str(root) else [*dirs, *files]:
+            path = os.path.normpath(os.path.join(current, name))
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                content: object = os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                content = Path(path).read_bytes()
+            else:
+                content = None
+            try:
+                attributes = sorted((key, os.getxattr(path, key, follow_symlinks=False))
+                                    for key in os.listxattr(path, follow_symlinks=False))
+            except OSError:
+                attributes = []
+            out[os.path.relpath(path, root)] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode),
+                                                info.st_mtime_ns, content, attributes)
+    return out
+
+
+def payload(root: Path) -> Path:
+    """A tree with what payloads hold: modes that differ from the umask's, nesting, a link, old times."""
+    tree = root / "src"
+    (tree / "sub" / "deeper").mkdir(parents=True)
+    (tree / "empty").mkdir()
+    (tree / "job.json").write_bytes(b'{"name":"x"}\n')
+    (tree / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (tree / "run.sh").chmod(0o755)
+    (tree / "secret").write_bytes(b"s" * 70000)  # more than one small read
+    (tree / "secret").chmod(0o600)
+    (tree / "sub" / "setgid").write_text("g")
+    (tree / "sub" / "setgid").chmod(0o2750)
+    (tree / "sub" / "deeper" / "data").write_bytes(b"")
+    (tree / "link").symlink_to("run.sh")
+    (tree / "dangling").symlink_to("nowhere")
+    try:
+        os.setxattr(tree / "run.sh", "user.origin", b"bench")
+    except OSError as error:  # a filesystem without user attributes (tmpfs on older kernels)
+        if error.errno not in (errno.ENOTSUP, errno.EPERM):
+            raise
+    for index, path in enumerate(sorted(tree.rglob("*"), reverse=True)):
+        os.utime(path, ns=(1_600_000_000_000_000_000 + index, 1_500_000_000_123_456_789 + index),
+                 follow_symlinks=False)
+    (tree / "sub").chmod(0o750)
+    (tree / "sub" / "deeper").chmod(0o555)  # read-only: its entries are copied before its mode
+    os.utime(tree / "sub" / "deeper", ns=(1, 1_400_000_000_000_000_000))
+    os.utime(tree / "sub", ns=(1, 1_400_000_000_000_000_001))
+    return tree
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_copy_tree_makes_what_shutil_copytree_makes(tmp_path, durable):
+    tree = payload(tmp_path)
+    shutil.copytree(tree, tmp_path / "by-shutil", symlinks=True)
+    PosixFilesystem().copy_tree(str(tree), str(tmp_path / "out" / "copy"), durable=durable)
+    assert facts(tmp_path / "out" / "copy") == facts(tmp_path / "by-shutil")
+    assert facts(tmp_path / "out" / "copy") == facts(tree)  # and both are the source: nothing lost
+    assert os.listdir(tmp_path / "out") == ["copy"]
+
+
+def test_copy_tree_of_one_file_keeps_its_mode_and_time(tmp_path):
+    tree = payload(tmp_path)
+    PosixFilesystem().copy_tree(str(tree / "secret"), str(tmp_path / "copy"), durable=False)
+    shutil.copy2(tree / "secret", tmp_path / "by-shutil")
+    assert facts(tmp_path)["copy"] == facts(tmp_path)["by-shutil"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_a_device_in_a_tree_is_refused_unopened_and_leaves_nothing(tmp_path):
+    tree = payload(tmp_path)
+    # /dev/zero: shutil.copytree opened it and read without end.
+    os.mknod(tree / "sub" / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    with pytest.raises(OSError, match=r"sub/zero` is a character device"):
+        PosixFilesystem().copy_tree(str(tree), str(tmp_path / "out" / "copy"), durable=False)
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_a_socket_in_a_tree_is_refused_and_leaves_nothing(tmp_path):
+    tree = payload(tmp_path)
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(tree / "sock"))
+        with pytest.raises(OSError, match=r"sock` is a socket"):
+            PosixFilesystem().copy_tree(str(tree), str(tmp_path / "out" / "copy"), durable=True)
+    finally:
+        listener.close()
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_sync_tree_never_opens_a_fifo(tmp_path):
+    tree = payload(tmp_path)
+    os.mkfifo(tree / "empty" / "pipe")
+    # os.walk listed a FIFO as a file and its open for the fsync waited for a writer, for ever.
+    worker = threading.Thread(target=PosixFilesystem().sync_tree, args=(str(tree),), daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        fd = os.open(tree / "empty" / "pipe", os.O_WRONLY | os.O_NONBLOCK)  # release the blocked open
+        os.close(fd)
+        pytest.fail("sync_tree blocked on the FIFO")
