@@ -118,3 +118,68 @@ def test_sync_tree_never_opens_a_fifo(tmp_path):
         fd = os.open(tree / "empty" / "pipe", os.O_WRONLY | os.O_NONBLOCK)  # release the blocked open
         os.close(fd)
         pytest.fail("sync_tree blocked on the FIFO")
+
+
+def _copy_as_nobody(root: str) -> dict[str, object]:
+    """In a forked child running as uid 65534: copy a tree whose read-only directories are copied
+    before an unreadable file; what was raised and what is left beside the destination."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read)
+            os.setgid(65534)
+            os.setuid(65534)
+            source = f"{root}/src"
+            os.mkdir(source)
+            for name in "abcdefgh":
+                os.mkdir(f"{source}/{name}")
+                Path(f"{source}/{name}/f").write_text("x")
+                os.chmod(f"{source}/{name}", 0o555)
+            # The unreadable file must not be listed first, or no read-only directory is copied before it.
+            for n in range(50):
+                bad = f"{source}/zz{n}"
+                Path(bad).write_text("secret")
+                with os.scandir(source) as entries:
+                    if next(entries).name != f"zz{n}":
+                        break
+                os.unlink(bad)
+            os.chmod(bad, 0o000)
+            try:
+                PosixFilesystem().copy_tree(source, f"{root}/out/copy", durable=False)
+                raised: object = None
+            except OSError as error:
+                raised = [type(error).__name__, error.filename]
+            import json
+
+            os.write(write, json.dumps({"raised": raised, "bad": bad, "left": os.listdir(f"{root}/out")}).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as stream:
+        answer = stream.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, answer
+    import json
+
+    return json.loads(answer)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
+def test_a_failed_copy_of_read_only_directories_leaves_nothing_and_raises_its_own_error():
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="httk-tree-copy-")
+    try:
+        os.chown(root, 65534, 65534)
+        seen = _copy_as_nobody(root)
+        # The file's own EACCES, not rmtree's on a read-only directory of the partial copy.
+        assert seen["raised"] == ["PermissionError", seen["bad"]]
+        assert seen["left"] == []
+    finally:
+        for current, dirs, _ in os.walk(root):
+            for name in dirs:
+                os.chmod(os.path.join(current, name), 0o700)
+        shutil.rmtree(root)

@@ -44,3 +44,13 @@ def test_delete_json(cli, tmp_path):
     assert cli.json("workspace", "delete", "runs", "--force") == {"deleted": path, "forgot": "runs"}
     assert not Path(path).exists()
     assert "runs" not in json.loads(cli.registry.read_text())["workspaces"]
+
+
+def test_default_with_a_name_and_unset_is_refused_and_writes_nothing(cli, tmp_path):
+    cli("workspace", "init", str(tmp_path / "runs"))
+    cli("workspace", "default", "runs")
+    before = cli.registry.read_bytes()
+    line = cli.refused("workspace", "default", "other", "--unset")
+    assert "give NAME (other) or --unset, not both" in line
+    assert cli.registry.read_bytes() == before
+    assert cli.json("workspace", "default")["default"] == "runs"

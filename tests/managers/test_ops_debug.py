@@ -116,3 +116,49 @@ def test_follow_children_drives_the_tree_depth_first_in_spawn_order(ops, tmp_pat
     # Before: every child was handed to the private manager at once, and the higher-priority
     # ``leaf`` ran before ``mid``'s subtree.
     assert order.read_text().splitlines() == ["root", "mid", "c1", "c2", "mid after", "leaf", "root after"]
+
+
+#: A parent spawning ``ok`` (succeeds) and ``stop`` (pauses), and gathering both when all are terminal.
+PAUSING_RUNNER = """import shutil
+from httk.workflow import JobSpec, Runner, prepare_job_payload
+
+run = Runner("ops")
+
+
+@run.step
+def main(a):
+    name = a.input("name")
+    if name == "stop":
+        a.pause("needs a look")
+        return
+    if name == "ok":
+        a.succeed()
+        return
+    for kid in ("stop", "ok"):
+        child = prepare_job_payload(a.workdir / kid, JobSpec(name=kid, workflow="ops", runner_path="run.py",
+                                                             inputs={"name": kid}))
+        shutil.copy(__file__, child / "run.py")
+        a.spawn(child, label=kid)
+    a.gather("after", when="all_terminal")
+
+
+@run.step
+def after(a):
+    a.succeed()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run.main())
+"""
+
+
+def test_follow_children_stops_when_only_a_paused_child_is_left(ops):
+    """Before: the paused child was passed over, the parent waited on it, and debug never returned."""
+    job = ops.job(PAUSING_RUNNER, runner_path="run.py", inputs={"name": "root"})
+    done = ops.httk("job", "debug", str(ops.root), job, "--follow-children", code=4, timeout=60)
+    stopped = [line for line in done.stdout.splitlines() if line.startswith("[debug] stopped:")]
+    assert len(stopped) == 1, done.stdout + done.stderr
+    assert f"{ops.marker(job).key} waits on paused child stop--" in stopped[0]
+    assert f"'httk workflow job request {ops.root} stop--" in stopped[0] and " continue --operator WHO'" in stopped[0]
+    assert ops.marker(job).kind.value == "waiting"
+    assert "ended waiting" in done.stdout.splitlines()[-1]

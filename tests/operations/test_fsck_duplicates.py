@@ -15,8 +15,9 @@ import pytest
 from test_fsck import corrupt
 
 from httk.workflow import codec
+from httk.workflow.domain.frames import Owner
 from httk.workflow.domain.lifecycle import Event, StateKind
-from httk.workflow.operations.fsck import Fsck
+from httk.workflow.operations.fsck import SET_ASIDE_LEFT, Fsck
 from httk.workflow.operations.submission import submit
 from httk.workflow.store.markers import Marker
 from httk.workflow.store.store import LostRace
@@ -149,3 +150,47 @@ def test_a_repair_takes_a_generation_above_every_frame_of_the_job(handle, writer
     assert held[4] == 1 and all(count == 1 for count in held.values()), held
     assert handle.store.read_frame(repaired).event == "fsck_repair"
     assert Fsck(fresh(handle)).run()["clean"]
+
+
+@pytest.mark.parametrize("held_by", ["symlink", "bytes"])
+def test_a_stale_copy_that_is_no_marker_file_is_moved_only_with_quarantine_unrepairable(handle, held_by):
+    """As a lone bad marker name: plain --repair leaves a symlink or non-empty file for an operator."""
+    marker = job(handle, Event.REGISTER, Event.OPERATOR_PAUSE)
+    twin = Marker(StateKind.FAILED, marker.placement, marker.key, marker.priority, marker.generation, marker.ref)
+    path = handle.store.marker_path(twin)
+    handle.fs.makedirs(path.rsplit("/", 1)[0])
+    if held_by == "symlink":
+        handle.fs.symlink("/elsewhere", path)
+    else:
+        handle.fs.write_new(path, b"not empty", durable=False)
+    code = "marker_not_regular" if held_by == "symlink" else "marker_not_empty"
+    repaired = Fsck(fresh(handle), repair=True).run()
+    assert actions(repaired) == [(code, SET_ASIDE_LEFT),
+                                 ("duplicate_marker", "left: not every stale copy could be moved")]
+    assert repaired["left_for_operator"] == 2
+    assert handle.fs.lstat(path) is not None and not handle.fs.exists(handle.layout.quarantine)
+    asked = Fsck(fresh(handle), repair=True, quarantine=True).run()
+    assert actions(asked) == [(code, "repaired"), ("duplicate_marker", "repaired")]
+    assert handle.fs.lstat(path) is None
+    assert handle.fs.lstat(f"{handle.layout.quarantine}/duplicates/failed/p/{twin.name}") is not None
+    assert markers(handle) == [marker]
+
+
+@pytest.mark.parametrize(("live", "repaired"), [("m-other", True), ("m-gone", False)])
+def test_a_stale_owned_copy_waits_only_for_its_own_owner(handle, ports, live, repaired):
+    """A stale claimed/ name whose frame's owner is dead is set aside while another manager serves the workspace."""
+    owner = Owner(manager_id="m-gone", host="h", lease_seconds=900.0, claimed_at=ports.clock.now())
+    older = job(handle, Event.REGISTER)
+    older, frame = handle.store.transition(older, handle.store.read_job(older).frame, Event.CLAIM, owner=owner)
+    newer = handle.store.transition(older, frame, Event.RELEASE_CLAIM, owner=None)[0]
+    handle.fs.create_empty(handle.store.marker_path(older), durable=False)  # a stale claimed/ name left behind
+    handle.fs.write_atomic(f"{handle.layout.managers}/{live}/heartbeat.json",
+                           codec.encode({"time": ports.clock.now(), "lease_seconds": 900.0}), durable=False)
+    report = Fsck(fresh(handle), repair=True).run()
+    if repaired:
+        assert actions(report) == [("duplicate_marker", "repaired")]
+        assert markers(handle) == [newer]
+    else:
+        assert actions(report) == [("duplicate_marker", "left: a manager is still heartbeating within its lease; "
+                                                        "run the repair again once it stops")]
+        assert set(markers(handle)) == {older, newer}

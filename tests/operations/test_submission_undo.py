@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from httk.workflow.operations.submission import SubmissionError, submit
-from httk.workflow.ports import FileStat
+from httk.workflow.ports import DOCUMENT_LIMIT, FileStat
 from httk.workflow.store.workspaces import Ports, WorkspaceService
 from httk.workflow.testing import FakeClock, InMemoryFilesystem, SequentialIds
 from memory_support import ROOT, write_payload
@@ -145,4 +145,17 @@ def test_a_job_json_that_is_not_a_regular_file_is_refused_unread(fs, workspace, 
             submit_many(workspace, [real, source], "camp/a")
         else:
             submit(workspace, source, "camp/a")
+    assert names(fs, ROOT) == before
+
+
+def test_an_oversized_job_json_is_refused_naming_the_size_limit(fs, workspace):
+    source = write_payload(fs, "/src/payload")
+    fs.write_atomic(f"{source}/job.json", b" " * (DOCUMENT_LIMIT + 1), durable=False)
+    before = names(fs, ROOT)
+    with pytest.raises(SubmissionError) as refused:
+        submit(workspace, source, "p")
+    text = str(refused.value)
+    assert text == (f"{source}/job.json is {DOCUMENT_LIMIT + 1} bytes, more than the {DOCUMENT_LIMIT}-byte bound "
+                    "of a document: a job.json is limited to 16 MiB; keep large data in payload files beside it")
+    assert "regular file" not in text
     assert names(fs, ROOT) == before

@@ -10,17 +10,22 @@ exercised with real processes (fork) that continue the draft the way the bridge 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from httk.workflow import Attempt, ChildSpec
-from httk.workflow.adapters.attempt_lock import LOCK_FILE, AttemptLock
+from httk.workflow.adapters.attempt_lock import LOCK_DIRECTORY_PREFIX, AttemptLock
 from httk.workflow.shell_attempt import resume_draft
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +117,7 @@ def test_concurrent_state_writers_keep_every_key(make_attempt):
     expected = {f"k{index}": index for index in range(WRITERS)}
     expected.update({f"m{index}": True for index in range(0, WRITERS, 2)})
     assert json.loads((attempt.payload / ".httk-job" / "state.json").read_bytes()) == expected
-    assert (attempt.control / LOCK_FILE).is_file()  # the lock lives in the attempt's own directory
+    assert not (attempt.control / "attempt.lock").exists()  # host-local, never in the workspace (spec 000)
 
 
 def test_a_label_another_process_took_meanwhile_is_refused(make_attempt):
@@ -126,10 +131,10 @@ def test_a_label_another_process_took_meanwhile_is_refused(make_attempt):
 
 
 def test_the_lock_is_reentrant_and_excludes_another_holder(tmp_path):
-    lock = AttemptLock(tmp_path / LOCK_FILE)
+    lock = AttemptLock(tmp_path / "attempt.lock")
     probe = (
         "import fcntl, os, sys\n"
-        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
         "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(3)\n"
     )
 
@@ -143,3 +148,63 @@ def test_the_lock_is_reentrant_and_excludes_another_holder(tmp_path):
             assert not other_can_lock()
         assert not other_can_lock()  # still held by the outer block
     assert other_can_lock()
+
+
+def test_the_lock_file_is_host_local_and_never_under_the_workspace(make_attempt, tmp_path, tmp_path_factory,
+                                                                    monkeypatch):
+    attempt = make_attempt("start")
+    runtime = tmp_path_factory.mktemp("runtime")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    lock = AttemptLock.for_control(attempt.control)
+    directory = runtime / f"{LOCK_DIRECTORY_PREFIX}{os.getuid()}"
+    assert Path(lock.path).parent == directory
+    assert Path(lock.path).name == hashlib.sha256(os.path.abspath(attempt.control).encode()).hexdigest() + ".lock"
+    with lock.held():
+        assert Path(lock.path).is_file()
+        assert not list(tmp_path.rglob("*.lock"))  # nothing lockable in the workspace
+    assert (directory.stat().st_mode & 0o777) == 0o700
+    assert not Path(lock.path).exists()  # the releasing holder removes it: none pile up per attempt
+    Attempt.initialize(steps=STEPS).state.set("k", 1)  # the SDK's own lock is the same host-local one
+    assert not (attempt.control / "attempt.lock").exists()
+
+
+def test_a_lock_directory_that_is_not_our_own_is_ignored(tmp_path, tmp_path_factory, monkeypatch):
+    runtime = tmp_path_factory.mktemp("runtime")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (runtime / f"{LOCK_DIRECTORY_PREFIX}{os.getuid()}").symlink_to(elsewhere)  # planted by someone else
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    lock = AttemptLock.for_control(tmp_path / "control")
+    assert Path(lock.path).parent == Path(tempfile.gettempdir()) / f"{LOCK_DIRECTORY_PREFIX}{os.getuid()}"
+    with lock.held():
+        assert not list(elsewhere.iterdir())
+
+
+def test_a_child_forked_while_another_thread_holds_the_lock_does_not_deadlock(tmp_path):
+    lock = AttemptLock(tmp_path / "attempt.lock")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock.held():
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert holding.wait(30)
+    pid = os.fork()
+    if pid == 0:  # the child: the holding thread does not exist here
+        try:
+            with lock.held():
+                os._exit(0)
+        finally:
+            os._exit(1)
+    release.set()  # the parent lets go of the flock; the child must then get it
+    thread.join(30)
+    deadline = time.monotonic() + 30
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if status[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child deadlocked on the lock it inherited held")
+    assert os.waitstatus_to_exitcode(status[1]) == 0

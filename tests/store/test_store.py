@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from httk.workflow import codec
-from httk.workflow.domain.frames import Owner
+from httk.workflow.domain.frames import ChildRef, Owner
 from httk.workflow.domain.lifecycle import Event, IllegalTransition, StateKind
 from httk.workflow.operations.submission import SubmissionError, submit
 from httk.workflow.protocol import JobSpec
 from httk.workflow.store.journal import RecordRef
 from httk.workflow.store.markers import Marker, MarkerNameError
 from httk.workflow.store.policy import PolicyError
-from httk.workflow.store.store import JobDamage, LostRace
+from httk.workflow.store.store import JobDamage, LostRace, current_kinds
 from httk.workflow.store.workspaces import WorkspaceError, WorkspaceService
 from memory_support import write_payload
 
@@ -219,3 +219,25 @@ def test_move_submission_consumes_the_source(handle):
     payload = write_payload(handle.fs, "/ws-src/payload")
     result = submit(handle, payload, "p", move=True)
     assert not handle.fs.exists(payload) and handle.fs.exists(f"{result.payload}/job.json")
+
+
+def test_current_kinds_finds_a_child_that_moved_between_two_listings(handle):
+    """A child resumed from paused/ into ready/ after ready/ was listed, before paused/ was: not unresolvable."""
+    marker = submitted(handle)
+    for event, changes in ((Event.REGISTER, {"step": "main"}), (Event.OPERATOR_PAUSE, {"reason": "x"})):
+        marker, _ = handle.store.transition(marker, handle.store.read_job(marker).frame, event, **changes)
+    assert marker.kind is StateKind.PAUSED
+    child = ChildRef("kid", marker.job_id, str(marker.key), marker.placement)
+
+    def resume() -> None:
+        handle.store.transition(marker, handle.store.read_job(marker).frame, Event.OPERATOR_CONTINUE, reason="x")
+
+    listed: list[str] = []
+    for kind in StateKind:  # which directories the lookup lists, and in which order
+        path = f"{handle.layout.kind_dir(kind)}/{marker.placement}"
+        handle.fs.before_scandir(path, lambda path=path: listed.append(path))
+    handle.fs.before_scandir(f"{handle.layout.kind_dir(StateKind.PAUSED)}/{marker.placement}", resume)
+    assert current_kinds(handle.fs, handle.layout, [child]) == {marker.job_id: StateKind.READY}
+    ready, paused = (f"{handle.layout.kind_dir(kind)}/{marker.placement}" for kind in (StateKind.READY,
+                                                                                         StateKind.PAUSED))
+    assert listed.index(ready) < listed.index(paused)  # the race the test means: ready/ was listed first

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codec
-from .adapters.attempt_lock import LOCK_FILE, AttemptLock
+from .adapters.attempt_lock import AttemptLock
 from .adapters.fs_posix import PosixFilesystem
 from .attempt_records import (
     RunnerErrorDocument,
@@ -202,7 +202,7 @@ class OutcomeDraft:
         self._durable = durable
         self._new_id = new_id
         self._fs = fs if fs is not None else PosixFilesystem()
-        self._lock = lock if lock is not None else AttemptLock(control / LOCK_FILE)
+        self._lock = lock if lock is not None else AttemptLock.for_control(control)
         self._directory: Path | None = None
         self._published = False
         self.children: list[dict[str, Any]] = []

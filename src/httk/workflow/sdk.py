@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO, overload
 
 from . import codec
-from .adapters.attempt_lock import LOCK_FILE, AttemptLock
+from .adapters.attempt_lock import AttemptLock
 from .adapters.clock import SystemClock
 from .adapters.fs_posix import PosixFilesystem
 from .attempt_records import OutcomeDocument, RunnerDescription, RunnerErrorDocument
@@ -108,7 +108,7 @@ class Attempt:
         self._job: JobSpec | None = None  # read on first use: most Bash bridge calls never need it
         # One lock for every read-modify-write of this attempt's documents (draft and state), shared
         # by this process and every Bash bridge call of the attempt (adapters/attempt_lock.py).
-        self._lock = AttemptLock(control / LOCK_FILE)
+        self._lock = AttemptLock.for_control(control)
         self._state = JobState(payload, durable=context.durable, fs=self._fs, lock=self._lock)
         self._log = RunLog(
             workdir / ".httk-runner" / "runlog.jsonl",

@@ -543,8 +543,11 @@ class PosixFilesystem:
             if durable:
                 self.sync_tree(temp)
             self._rename_noreplace(temp, destination)
-        except BaseException:
-            self.rmtree(temp)
+        except BaseException as error:
+            try:
+                self.rmtree(temp)
+            except OSError as cleanup:  # the copy's own error is the one the caller must see
+                error.add_note(f"the partial copy `{temp}` could not be removed: {cleanup}")
             raise
         if durable:
             _fsync_dir(parent)

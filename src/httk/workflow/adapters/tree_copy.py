@@ -7,8 +7,10 @@ own on Linux), modification time and extended attributes; a link is copied as a
 link, never followed. A regular file costs ten calls (open, fstat, open of the copy,
 ``sendfile`` to end of file, ``flistxattr``, ``futimens``, ``fchmod``, two closes)
 where ``copy2`` makes about twenty-five and much more Python around them; a
-directory a ``mkdir``, its listing and ``utimensat``, ``listxattr`` and ``chmod`` at
-the end (after its entries, whose creation would change its time).
+directory a ``mkdir``, its listing, ``utimensat`` and ``listxattr`` after its entries
+(whose creation would change its time), and its ``chmod`` once the whole copy is made:
+every directory stays private and writable while the copy fills, so a copy that fails
+half-way (a source directory may be read-only) can still be removed.
 
 Two differences from shutil, both refusals: a name that is neither a regular file, a
 directory nor a link (a FIFO, socket or device) is refused before it is opened
@@ -37,7 +39,12 @@ _XATTR_SKIPPED = (errno.EPERM, errno.ENOTSUP, errno.ENODATA, errno.EINVAL, errno
 def copy_entry(source: str, target: str, info: os.stat_result) -> None:
     """Copy the file, link or tree ``source`` (whose ``lstat`` is ``info``) to the new name ``target``."""
     if stat.S_ISDIR(info.st_mode):
-        _copy_dir(source, target, info)
+        modes: list[tuple[str, int]] = []
+        _copy_dir(source, target, info, modes)
+        # Children before parents (the order they were finished in): a parent made read-only
+        # or untraversable first would refuse the chmod of what is below it.
+        for path, mode in modes:
+            os.chmod(path, mode)
     elif stat.S_ISLNK(info.st_mode):
         _copy_link(source, target, info)
     elif stat.S_ISREG(info.st_mode):
@@ -46,23 +53,25 @@ def copy_entry(source: str, target: str, info: os.stat_result) -> None:
         raise _special(source, info.st_mode)
 
 
-def _copy_dir(source: str, target: str, info: os.stat_result) -> None:
-    os.mkdir(target, 0o700)  # private while it fills; the source's mode is set at the end
+def _copy_dir(source: str, target: str, info: os.stat_result, modes: list[tuple[str, int]]) -> None:
+    """Copy the tree ``source`` to ``target``; its directories' modes are appended to ``modes``, deepest first."""
+    os.mkdir(target, 0o700)  # private while the copy fills; the caller sets the source's mode at the end
     with os.scandir(source) as entries:
         for entry in entries:
             into = f"{target}/{entry.name}"
             if entry.is_dir(follow_symlinks=False):
-                _copy_dir(entry.path, into, entry.stat(follow_symlinks=False))
+                _copy_dir(entry.path, into, entry.stat(follow_symlinks=False), modes)
             elif entry.is_symlink():
                 _copy_link(entry.path, into, entry.stat(follow_symlinks=False))
             elif entry.is_file(follow_symlinks=False):
                 _copy_file(entry.path, into)
             else:
                 raise _special(entry.path, entry.stat(follow_symlinks=False).st_mode)
-    # As shutil.copystat: times, then attributes, then the mode (which may take the write bit away).
+    # As shutil.copystat: times, then attributes, then the mode (which may take the write bit
+    # away, so it waits for the whole copy; a chmod does not move a directory's times).
     os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
     _copy_xattrs(source, target, follow=True)
-    os.chmod(target, stat.S_IMODE(info.st_mode))
+    modes.append((target, stat.S_IMODE(info.st_mode)))
 
 
 def _copy_link(source: str, target: str, info: os.stat_result) -> None:

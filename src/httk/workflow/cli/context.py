@@ -113,12 +113,15 @@ class AppContext:
     def open_workspace(self, path: str | None, *, create: bool = False) -> WorkspaceHandle:
         """Attach a workspace; when omitted, the recorded default or else the per-user default.
 
-        A command that writes (``create``: submit, run, publish ...) creates the per-user
-        default on first use; a read-only one refuses while it does not exist, since
-        reading never writes (spec 000 "Checking and repairing", "Inspecting jobs").
+        The per-user default (omitted, or named by its path or name) is created on first use
+        by a caller that passes ``create``: the commands that write (submit, run, publish, a
+        transfer's destination ...) and ``workflow list``/``show``, which create it on purpose
+        because the workflow catalog lives in a workspace. Any other caller is refused with
+        one line while it does not exist, and nothing is written (spec 000 "Checking and
+        repairing", "Inspecting jobs").
         """
         resolved = self.resolve(path)
-        if path is None and resolved == self.default_workspace():
+        if resolved == self.default_workspace():
             if create:
                 return self.workspaces.init(resolved, remote=self.forwarded_as)
             if not os.path.lexists(resolved):

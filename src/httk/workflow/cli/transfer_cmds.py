@@ -31,7 +31,6 @@ from ..operations.transfer import SourceSide, TransferError
 from ..operations.transfer_flow import Endpoint, LocalEndpoint, RemoteEndpoint, Transfer, dispatch, refusal_text
 from ..operations.transfer_import import DestinationSide
 from ..store.transfer_ledger import DESTINATION, ROLES, SOURCE
-from ..store.workspaces import WorkspaceHandle
 from .context import AppContext, pass_app
 from .progress import StatusLine
 from .render import EXIT_REFUSED, emit_json, refuse
@@ -60,15 +59,9 @@ def stop_hook(environ: Any) -> Callable[[str, str], None] | None:
     return stop
 
 
-def _open_local(app: AppContext, reference: str | None, *, create_default: bool) -> WorkspaceHandle:
-    path = app.resolve(reference)
-    if create_default and path == app.default_workspace():
-        return app.workspaces.init(path, remote=app.forwarded_as)
-    return app.workspaces.open(path, remote=app.forwarded_as)
-
-
 def _local(app: AppContext, reference: str, *, create_default: bool) -> LocalEndpoint:
-    handle = _open_local(app, reference, create_default=create_default)
+    # The destination writes, so it may create the per-user default; a source only reads (cli/context.py).
+    handle = app.open_workspace(reference, create=create_default)
     hook = stop_hook(app.environ)
     return LocalEndpoint(SourceSide(handle, reference, on_record=hook),
                          DestinationSide(handle, reference, on_record=hook), handle.fs, reference)
@@ -253,7 +246,7 @@ def transfer_remote(app: AppContext, role: str, op: str, workspace: str | None, 
         refuse("transfer-remote: the request on stdin is not JSON")
     if not isinstance(request, dict):
         refuse("transfer-remote: the request on stdin must be a JSON object")
-    handle = _open_local(app, workspace, create_default=role == DESTINATION)
+    handle = app.open_workspace(workspace, create=role == DESTINATION)
     name = label or workspace or handle.root
     hook = stop_hook(app.environ)
     side = SourceSide(handle, name, on_record=hook) if role == SOURCE else DestinationSide(handle, name, on_record=hook)

@@ -222,6 +222,10 @@ def default(app: AppContext, name: str | None, unset: bool, as_json: bool) -> No
       httk workflow workspace default runs
       httk workflow workspace default --unset
     """
+    if unset and name is not None:
+        # Either meaning could be the intended one; neither is guessed (and registry.json is not written).
+        refuse(f"workspace default: give NAME ({name}) or --unset, not both; "
+               "'--unset' alone goes back to the per-user default")
     previous = app.registry.default() or "default"
     if unset:
         app.registry.set_default(None)

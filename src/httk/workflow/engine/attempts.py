@@ -68,6 +68,9 @@ class LaunchSettings:
     runner_search_paths: tuple[str, ...] = ()
     manager_id: str = ""
     host: str = ""
+    #: The settings-name clashes already warned about, so a fan-out logs each once, not once per attempt.
+    #: Not an ``__init__`` argument, so every ``attrs.evolve`` (one per manager) starts an empty set.
+    warned_collisions: set[tuple[str, tuple[str, ...]]] = attrs.field(init=False, factory=set, eq=False, repr=False)
 
     def library_env(self) -> dict[str, str]:
         """Where a Bash runner finds its library, and the interpreter (with httk.workflow) its bridge runs under.
@@ -221,9 +224,12 @@ def prepare_attempt(
         fs.fsync_dirs(named)
     env = dict(settings.base_env)
     for variable, names in env_collisions(workspace_settings).items():
+        if (variable, names) in settings.warned_collisions:
+            continue
+        settings.warned_collisions.add((variable, names))
         log.warning("job %s: %s in settings.json; it is exported for neither (a runner reads both from "
-                    "context.json): unset one with 'httk workflow workspace settings unset'", marker.key,
-                    collision_text(variable, names))
+                    "context.json): unset one with 'httk workflow workspace settings unset' (warned once per "
+                    "manager)", marker.key, collision_text(variable, names))
     for name, value in scalar_settings_env(workspace_settings).items():
         # A real HTTK_* deployment override in the manager's environment outranks the workspace setting.
         env.setdefault(name, value)

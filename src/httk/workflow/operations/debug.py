@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import attrs
 
+from ..domain.joins import JoinVerdict, classify
 from ..domain.lifecycle import TERMINAL_KINDS, Event, StateKind
 from ..engine.manager import Manager
 from ..ports import ProcessControl, ProcessIdentity
@@ -160,11 +161,18 @@ class Debugger:
                 self.out(f"[debug]{label} {marker.kind.value} (generation {marker.generation})")
         # Only the path to the deepest unfinished child may progress: a sibling waits for the whole
         # subtree before it (depth first, in spawn order). An attempt already running stays watched.
-        manager.only_jobs = {*self._frontier(self.target.job_id), *manager.running}
+        frontier = self._frontier(self.target.job_id)
+        manager.only_jobs = {*frontier, *manager.running}
         target = self._current(self.target)
         if target is None:
             manager.stop_now = True
             return
+        if self.follow_children and not manager.running:
+            stalled = self._stalled_on_paused(frontier[-1])
+            if stalled is not None:
+                self.out(stalled)
+                manager.stop_now = True
+                return
         stop = {StateKind.SUCCEEDED, StateKind.FAILED, StateKind.CANCELLED, StateKind.PAUSED}
         if not self.follow_children:
             stop.add(StateKind.WAITING)
@@ -182,6 +190,37 @@ class Debugger:
             path.append(child)
             marker = self._current_by_id(child)
         return path
+
+    def _stalled_on_paused(self, job_id: str) -> str | None:
+        """The ``[debug]`` note when ``job_id`` waits on paused children alone and its join stays pending.
+
+        The walk passes a paused child over, and nothing here continues it; once every other
+        child is terminal and the join (:func:`~..domain.joins.classify`) is still pending, no
+        followed job can progress. An unresolvable child is left to the join's grace clock.
+        """
+        marker = self._current_by_id(job_id)
+        if marker is None or marker.kind != StateKind.WAITING:
+            return None
+        children = self._children(marker)
+        found = [self._current_by_id(child) for child in children]
+        if not found or any(child is None or child.kind not in _WALKED for child in found):
+            return None
+        paused = [child for child in found if child is not None and child.kind == StateKind.PAUSED]
+        if not paused:
+            return None
+        try:
+            join = self.handle.store.read_frame(marker).join
+            kinds = [child.kind for child in found if child is not None]
+            verdict = None if join is None else classify(join.when, kinds, join.count)
+        except (JobDamage, ValueError):
+            return None  # the waiting pass reports a damaged frame or a bad join by name
+        if verdict != JoinVerdict.PENDING:
+            return None
+        more = f" (and {len(paused) - 1} more paused)" if len(paused) > 1 else ""
+        first = paused[0].key
+        return (f"[debug] stopped: {marker.key} waits on paused child {first}{more} and nothing followed can run; "
+                f"continue it with 'httk workflow job request {self.handle.reference} {first} continue "
+                "--operator WHO', then debug again")
 
     def _done(self, job_id: str) -> bool:
         """Whether the walk is past this child: terminal, paused (nothing here resumes it) or not found."""

@@ -20,7 +20,7 @@ that the journal or a payload holds but no marker names are checked by
 :mod:`.fsck_census`, which confirms every suspicion by reading again, so fsck is
 safe to run against a live workspace. An unfinished transfer is returned as a
 warning (``unfinished_transfers``: its jobs are safe at one end and its own command
-settles it); a transfer ledger nothing can finish is a problem. Spec: 000
+settles it); a transfer ledger nothing can finish is a problem (:mod:`.fsck_transfers`). Spec: 000
 "Checking and repairing a workspace", "Running on a remote".
 """
 
@@ -41,7 +41,7 @@ from ..store.job_ids import missing_reservations
 from ..store.journal import FrameDamage, RecordRef
 from ..store.markers import INIT_REF, Marker
 from ..store.store import JobDamage, Store
-from ..store.transfer_ledger import SOURCE, held_by_transfer, ledger_census, resume_command, transfers_dir
+from ..store.transfer_ledger import held_by_transfer
 from ..store.workspaces import WorkspaceHandle
 from .fsck_census import (
     DUPLICATES,
@@ -171,7 +171,9 @@ class Fsck:
                                                 repair=self.repair, durable=self.handle.durable))
         older_than = self.handle.ports.clock.now() - RESERVATION_TEMP_SECONDS
         problems.extend(reservation_temp_problems(self.fs, self.handle.layout, older_than, repair=self.repair))
-        unfinished = self._transfers(problems)
+        from .fsck_transfers import transfer_problems  # here: `workspace status` imports this module for job_damage
+
+        unfinished = transfer_problems(self.handle, self._transferring, repair=self.repair, problems=problems)
         # Only a repair settles a problem: a quarantined job is out of the workspace, for an operator to decide.
         left = [problem for problem in problems if problem.action != "repaired"]
         return {
@@ -270,10 +272,15 @@ class Fsck:
             return attrs.evolve(problem, action="left: the marker changed while being repaired")
         return attrs.evolve(problem, action="repaired")
 
-    def _owner_live(self, marker: Marker) -> bool:
-        """Whether any manager heartbeat younger than its lease could own this job."""
+    def _owner_live(self, marker: Marker, owner_id: str | None = None) -> bool:
+        """Whether a manager heartbeat younger than its lease could own this job.
+
+        Only ``owner_id``'s when the job's frame names its owner; any manager's when it is unknown.
+        """
         now = self.handle.ports.clock.now()
         for entry in self.fs.scandir(self.handle.layout.managers):
+            if owner_id is not None and entry.name != owner_id:
+                continue
             beat = read_beat(self.fs, self.handle.layout, entry.name)
             if beat is None or beat.stopped:
                 continue
@@ -342,63 +349,6 @@ class Fsck:
         transfer_id = note.get("id") if isinstance(note, dict) else None
         self._transferring[transfer_id if isinstance(transfer_id, str) else ""].append(marker)
 
-    def _transfers(self, problems: list[Problem]) -> list[dict[str, Any]]:
-        """Each unfinished transfer, returned (a warning); each ledger nothing can finish, in ``problems``.
-
-        An unfinished transfer is no damage: its jobs are safe at one end and its own
-        command (again, or with ``--resume``) settles it; fsck cannot, it needs the
-        other side. A ledger that does not read, or a ``transferring`` job no ledger
-        here will ever settle, is left for an operator.
-        """
-        handle, left = self.handle, "left: fsck does not rewrite a transfer ledger" if self.repair else "reported"
-        unfinished: list[dict[str, Any]] = []
-        named: set[str] = set()
-        for ledger in ledger_census(self.fs, handle.layout, handle.ports.clock):
-            transfer_id = ledger["transfer_id"]
-            named.add(transfer_id)
-            if "problem" in ledger:
-                held = self._transferring.get(transfer_id, [])
-                keys = ", ".join(str(marker.key) for marker in held[:3]) + (", …" if len(held) > 3 else "")
-                holds = f"; it holds {len(held)} transferring job(s) ({keys}), which no manager claims" if held else ""
-                problems.append(Problem("transfer_ledger_unreadable", ledger["path"], None,
-                                        f"the ledger of transfer {transfer_id} does not read "
-                                        f"({ledger['problem']}){holds}", left))
-                continue
-            unfinished.append(self._unfinished(ledger))
-        for transfer_id, markers in sorted(self._transferring.items()):
-            if transfer_id in named:
-                continue
-            exists = bool(transfer_id) and self.fs.exists(f"{transfers_dir(handle.layout)}/{transfer_id}/ledger.json")
-            why = ("its frame names no transfer" if not transfer_id else
-                   f"transfer {transfer_id} ended without settling it" if exists else
-                   f"transfer {transfer_id} has no ledger here")
-            for marker in markers:
-                path = self.store.marker_path(marker)
-                if self.fs.lstat(path) is None:
-                    continue  # settled since the walk met it (retired or rolled back)
-                problems.append(Problem("transfer_ledger_missing", path, str(marker.key),
-                                        f"the job is transferring, but {why}: nothing will move it again", left))
-        return unfinished
-
-    def _unfinished(self, ledger: dict[str, Any]) -> dict[str, Any]:
-        """The warning of one unfinished transfer: which, which way, how many jobs, and the command finishing it."""
-        here, jobs = self.handle.reference, len(ledger["jobs"])
-        counted = f"{jobs} job{'' if jobs == 1 else 's'}"
-        unless = "(unless that transfer's command is still running)"
-        if ledger["role"] == SOURCE:
-            source, destination = here, ledger["destination"] or "DESTINATION"
-            resume = resume_command(source, destination)
-            message = (f"{counted} held by unfinished transfer {ledger['transfer_id']} to {destination} (at step "
-                       f"{ledger['step']}): no manager claims them until it ends; finish it with '{resume}' {unless}")
-        else:
-            source, destination = ledger["source"] or "SOURCE", here
-            resume = resume_command(source, destination)
-            message = (f"{counted} in flight in unfinished transfer {ledger['transfer_id']} from {source} (imported "
-                       f"here, not acknowledged): finish it from the machine that started it with '{resume}' {unless}")
-        return {"code": "unfinished_transfer", "transfer_id": ledger["transfer_id"], "role": ledger["role"],
-                "step": ledger["step"], "source": source, "destination": destination, "jobs": ledger["jobs"],
-                "resume": resume, "path": ledger["path"], "message": message}
-
     # -- what the walk alone cannot tell (see fsck_census) -----------------------------------
     def _duplicate(self, job_id: str, group: list[Met]) -> list[Problem]:
         """The problems of each of a job's confirmed markers, then its ``duplicate_marker``.
@@ -406,6 +356,8 @@ class Fsck:
         A repair keeps the job's truth — the newest marker whose frame verifies, when the
         others' frames are in its history — and moves each other name into
         ``quarantine/duplicates/``: it is never repaired into a second state of the job.
+        A name held by a symlink, FIFO, directory or non-empty file is moved only with
+        ``--quarantine-unrepairable``, as a lone one is (:meth:`_bad_marker`).
         """
         double = Problem("duplicate_marker", ", ".join(met.path for met in group), job_id,
                          "one job has more than one marker")
@@ -428,7 +380,8 @@ class Fsck:
         for met, problem in members:
             if met is truth:
                 continue
-            action = self._set_aside_duplicate(met, kept)
+            bad = met.bad is not None and not self.quarantine  # not a marker file: set aside only when asked
+            action = SET_ASIDE_LEFT if bad else self._set_aside_duplicate(met, kept)
             moved += action is None
             if problem is not None:
                 problems.append(attrs.evolve(problem, action=action) if action is not None else done(

@@ -186,14 +186,16 @@ def descends(frames: dict[str, dict[str, Any]], newer: Met, older: Met) -> bool:
 
 
 def choose_truth(
-    group: list[Met], frames: dict[str, dict[str, Any]], owner_live: Callable[[Marker], bool]
+    group: list[Met], frames: dict[str, dict[str, Any]], owner_live: Callable[[Marker, str | None], bool]
 ) -> tuple[Met | None, str]:
     """The one marker of a job met under several names that is its state, else ``None`` and why none is.
 
     The protocol's answer: the newest marker whose frame verifies, provided every other
     verifying one is in its history (a stale name a rename left behind). Anything else —
     two jobs sharing an id, nothing that verifies, a newer marker that does not, two
-    histories, or a stale name a live manager may own — is for an operator.
+    histories, or a stale name a live manager may own — is for an operator. ``owner_live`` is
+    asked about the owner the stale name's frame names (``None`` when it does not read: any live
+    manager may own it then).
     """
     if len({(met.marker.placement, str(met.marker.key)) for met in group}) > 1:
         return None, "the markers are at different placements or under different keys: two jobs share one id"
@@ -213,7 +215,8 @@ def choose_truth(
         if met.valid and not descends(frames, truth, met):
             return None, (f"generation {met.marker.generation} is not in the history of generation {top}: "
                           "which one committed is unknown")
-        if met.marker.kind in OWNED_KINDS and owner_live(met.marker):
+        owner = met.frame.owner if met.frame is not None else None
+        if met.marker.kind in OWNED_KINDS and owner_live(met.marker, owner.manager_id if owner else None):
             return None, "a manager is still heartbeating within its lease; run the repair again once it stops"
     return truth, ""
 

@@ -27,7 +27,7 @@ import attrs
 from .. import codec
 from ..domain.lifecycle import StateKind
 from ..domain.model import JobKey, ValidationError, check_placement, check_tag
-from ..ports import Filesystem, UnreadableDocument, walk_tree
+from ..ports import DOCUMENT_LIMIT, DocumentTooLarge, Filesystem, UnreadableDocument, walk_tree
 from ..protocol import JOB_FILE, PRIVATE_DIR, JobSpec, parse_job_bytes
 from ..store.digests import fs_digest
 from ..store.job_ids import JobIdTaken, Reservation, check_job_id, job_id_traces, release_job_id, reserve_job_id
@@ -172,6 +172,9 @@ def plan_submission(
         data = fs.read_document(job_file)
     except FileNotFoundError:
         raise SubmissionError(f"{job_file}: missing; prepare the payload with prepare_job_payload first") from None
+    except DocumentTooLarge as error:
+        raise SubmissionError(f"{error}: a job.json is limited to {DOCUMENT_LIMIT // (1024 * 1024)} MiB; "
+                              "keep large data in payload files beside it") from None
     except UnreadableDocument as error:
         raise SubmissionError(f"{error}; a manager runs only a payload whose job.json is a regular file: "
                               "prepare the payload with prepare_job_payload") from None

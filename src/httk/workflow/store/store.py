@@ -355,6 +355,9 @@ def current_kinds(fs: Filesystem, layout: Layout, jobs: Sequence[ChildRef]) -> d
 
     The one lookup of join children that have no terminal note (``context.json``, ``job show``,
     ``job why``): the non-terminal trees first, the terminal ones only for the jobs not found there.
+    The kinds are listed one after another, so a job that moved from a kind not yet listed into
+    one already listed is met in none: the jobs still not found are looked for once more in every
+    kind before they count as having no marker.
     """
     if not jobs:
         return {}
@@ -362,4 +365,7 @@ def current_kinds(fs: Filesystem, layout: Layout, jobs: Sequence[ChildRef]) -> d
     lost = [job for job in jobs if job.job_id not in markers]
     if lost:
         markers.update(locate_many(fs, layout, lost, tuple(sorted(TERMINAL_KINDS))))
+        lost = [job for job in lost if job.job_id not in markers]
+    if lost:
+        markers.update(locate_many(fs, layout, lost, tuple(StateKind)))
     return {job_id: marker.kind for job_id, marker in markers.items()}
