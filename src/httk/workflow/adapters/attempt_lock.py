@@ -64,6 +64,19 @@ def _own_private_directory(path: str) -> bool:
     return True
 
 
+def _temporary_root() -> str:
+    """``$TMPDIR`` (or ``$TEMP``, ``$TMP``) when usable, else ``/tmp``: tempfile's choice, without its import.
+
+    ``tempfile`` pulls in shutil and random, several milliseconds for every runner and
+    bridge call that takes the lock, and probes by writing a file, which this does not need.
+    """
+    for variable in ("TMPDIR", "TEMP", "TMP"):
+        root = os.environ.get(variable)
+        if root and os.path.isabs(root) and os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
+            return root
+    return "/tmp"
+
+
 def lock_directory() -> str:
     """The host-local directory of this user's attempt lock files, created 0700 on first use."""
     name = f"{LOCK_DIRECTORY_PREFIX}{os.getuid()}"
@@ -72,9 +85,7 @@ def lock_directory() -> str:
         candidate = os.path.join(runtime, name)
         if _own_private_directory(candidate):
             return candidate
-    import tempfile  # only without a usable runtime directory: it is a costly import for a bridge call
-
-    candidate = os.path.join(tempfile.gettempdir(), name)
+    candidate = os.path.join(_temporary_root(), name)
     if _own_private_directory(candidate):
         return candidate
     raise PermissionError(
