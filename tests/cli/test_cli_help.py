@@ -170,7 +170,18 @@ def test_every_command_help_shows_an_example_of_itself(root_name, path):
     command (``transfer-remote``, run by ``transfer`` itself) is not for people.
     """
     root = httk if root_name == "httk" else taskmanager
-    result = CliRunner().invoke(root, [*path, "--help"], terminal_width=200)
+    block = _example_block(root, root_name, path, width=200)
+    assert block and all(words[:2] == ["httk", "workflow"] and _resolves(words[2:]) for words in block), block
+    command = root
+    for name in path:
+        command = child(command, name)
+    canonical = [words for words in block if _target(words[2:]) is command]
+    assert canonical, f"no example of {root_name} {' '.join(path)} runs that command: {block}"
+
+
+def _example_block(root: click.Group, root_name: str, path: tuple[str, ...], *, width: int) -> list[list[str]]:
+    """The words of each line of the first ``Example(s):`` block of ``path --help`` (comments dropped)."""
+    result = CliRunner().invoke(root, [*path, "--help"], terminal_width=width)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     starts = [index for index, line in enumerate(lines) if line.strip() in ("Example:", "Examples:")]
@@ -180,12 +191,7 @@ def test_every_command_help_shows_an_example_of_itself(root_name, path):
         if not line.strip():
             break
         block.append(line.split("#")[0].split())
-    assert block and all(words[:2] == ["httk", "workflow"] and _resolves(words[2:]) for words in block), block
-    command = root
-    for name in path:
-        command = child(command, name)
-    canonical = [words for words in block if _target(words[2:]) is command]
-    assert canonical, f"no example of {root_name} {' '.join(path)} runs that command: {block}"
+    return block
 
 
 def _target(words: list[str]) -> click.Command | None:
@@ -221,16 +227,7 @@ def test_every_group_help_shows_an_example_of_its_commands(root_name, path):
     """A group's help (``httk workflow job --help``...) has an ``Example(s):`` block too (developers' guide:
     every command has --help with an example); each line runs a command of that group, unwrapped."""
     root = httk if root_name == "httk" else taskmanager
-    result = CliRunner().invoke(root, [*path, "--help"], terminal_width=80)
-    assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
-    starts = [index for index, line in enumerate(lines) if line.strip() in ("Example:", "Examples:")]
-    assert starts, f"'{root_name} {' '.join(path)} --help' shows no example"
-    block = []
-    for line in lines[starts[0] + 1:]:
-        if not line.strip():
-            break
-        block.append(line.split())
+    block = _example_block(root, root_name, path, width=80)
     assert block
     for words in block:
         assert words[0] == root_name, block

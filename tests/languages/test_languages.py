@@ -57,7 +57,8 @@ def test_a_v1_task_name_parses_into_its_fields_and_back():
 @pytest.mark.parametrize(
     "bad",
     ["ht.task.any.x.start.0.unclaimed.3", "ht.tmp.task.any.x.start.0.none.3.waitstart", "task",
-     "ht.task.any.x.start.zero.unclaimed.3.waitstart", "ht.task..x.start.0.unclaimed.3.waitstart"],
+     "ht.task.any.x.start.zero.unclaimed.3.waitstart", "ht.task..x.start.0.unclaimed.3.waitstart",
+     "ht.task.any.x.start.\u00b2.unclaimed.3.waitstart", "ht.task.any.x.start.0.unclaimed.\u00b3.waitstart"],
 )
 def test_names_that_are_not_v1_tasks_are_refused(bad):
     with pytest.raises(V1FormatError):

@@ -231,7 +231,7 @@ def _lookup(document: Any, dotted: str) -> Any:
             if segment not in value:
                 raise LookupError(f"no member {segment!r} in {where}")
             value = value[segment]
-        elif isinstance(value, list) and segment.isdigit():
+        elif isinstance(value, list) and segment.isascii() and segment.isdigit():
             if int(segment) >= len(value):
                 raise LookupError(f"index {segment} out of range in {where} (length {len(value)})")
             value = value[int(segment)]

@@ -226,7 +226,7 @@ def _dotted(value: Any, path: str, what: str) -> Any:
     for segment in path.split("."):
         if isinstance(value, dict) and segment in value:
             value = value[segment]
-        elif isinstance(value, list) and segment.isdigit() and int(segment) < len(value):
+        elif isinstance(value, list) and segment.isascii() and segment.isdigit() and int(segment) < len(value):
             value = value[int(segment)]
         else:
             raise Absent(f"{what} has no {path!r}")

@@ -63,7 +63,7 @@ def parse_task_name(name: str) -> TaskName:
     for what, value in (("taskset", taskset), ("taskid", taskid), ("step", step), ("owner", owner)):
         if not _FIELD.match(value):
             raise V1FormatError(f"{name!r}: empty or invalid {what} field")
-    if not restarts.isdigit() or not priority.isdigit():
+    if not (restarts + priority).isascii() or not restarts.isdigit() or not priority.isdigit():
         raise V1FormatError(f"{name!r}: the restarts and priority fields must be numbers")
     return TaskName(taskset, taskid, step, int(restarts), owner, int(priority), status)
 

@@ -123,7 +123,7 @@ class V1Runner:
         ending = outcome_of(result.returncode, result.timed_out)
         nextstep = self._read(rundir / "ht.nextstep")
         priority = self._read(rundir / "ht.priority", self.top / "ht.priority")
-        job_prio = job_priority(int(priority)) if priority and priority.isdigit() else None
+        job_prio = job_priority(int(priority)) if priority and priority.isascii() and priority.isdigit() else None
         if ending == "finished":
             self._finished(rundir)
         elif ending in ("next", "subtasks") and not nextstep:

@@ -166,7 +166,7 @@ def _at(lines: list[str], index: int) -> str:
 
 
 def _all_ints(fields: list[str]) -> bool:
-    return bool(fields) and all(field.isdigit() for field in fields)
+    return bool(fields) and all(field.isascii() and field.isdigit() for field in fields)
 
 
 def _all_numbers(fields: list[str]) -> bool:
