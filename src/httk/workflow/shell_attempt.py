@@ -222,7 +222,7 @@ def resume_draft(attempt: Attempt) -> None:
 # --------------------------------------------------------------------------- reading
 
 
-def _dotted(value: Any, path: str, what: str) -> Any:
+def dotted(value: Any, path: str, what: str) -> Any:
     for segment in path.split("."):
         if isinstance(value, dict) and segment in value:
             value = value[segment]
@@ -233,7 +233,7 @@ def _dotted(value: Any, path: str, what: str) -> Any:
     return value
 
 
-def _emit_present(session: Session, value: Any) -> int:
+def emit_present(session: Session, value: Any) -> int:
     if value is None:
         raise Absent("null")
     session.emit(value)
@@ -247,7 +247,7 @@ def cmd_context(session: Session, args: list[str]) -> int:
     if not args:
         session.emit(document)
         return EXIT_OK
-    return _emit_present(session, _dotted(document, args[0], "context.json"))
+    return emit_present(session, dotted(document, args[0], "context.json"))
 
 
 def cmd_input(session: Session, args: list[str]) -> int:
@@ -269,7 +269,7 @@ def cmd_setting(session: Session, args: list[str]) -> int:
     """One application setting (``Attempt.setting``); ``None`` without a default is absent."""
     count_args(args, 1, 2, "httk_workflow_setting NAME [DEFAULT]")
     value = session.attempt().setting(args[0], args[1] if len(args) == 2 else None)
-    return _emit_present(session, value)
+    return emit_present(session, value)
 
 
 def cmd_state_get(session: Session, args: list[str]) -> int:
@@ -288,7 +288,7 @@ def cmd_state_get(session: Session, args: list[str]) -> int:
 def cmd_declaration(session: Session, args: list[str]) -> int:
     """One declaration (``Attempt.declaration``): observed, else declared, else absent."""
     count_args(args, 1, 1, "httk_workflow_declaration NAME")
-    return _emit_present(session, session.attempt().declaration(args[0]))
+    return emit_present(session, session.attempt().declaration(args[0]))
 
 
 def _child_document(child: Any) -> dict[str, Any]:
@@ -334,7 +334,7 @@ def cmd_child(session: Session, args: list[str]) -> int:
         session.emit(document)
         return EXIT_OK
     _check_child_field(args[1], document)
-    return _emit_present(session, _dotted(document, args[1], f"child {args[0]!r}"))
+    return emit_present(session, dotted(document, args[1], f"child {args[0]!r}"))
 
 
 _FAILURE_FIELDS = ("code", "details", "message", "retryable")

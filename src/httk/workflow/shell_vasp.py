@@ -31,6 +31,8 @@ from .shell_attempt import (
     Session,
     assignments,
     count_args,
+    dotted,
+    emit_present,
     json_arg,
     parse_options,
     seconds_arg,
@@ -119,19 +121,6 @@ def _index(word: str) -> bool:
     return re.fullmatch(r"[0-9]+", word) is not None
 
 
-def _dotted(value: Any, path: str) -> Any:
-    for segment in path.split("."):
-        if isinstance(value, dict) and segment in value:
-            value = value[segment]
-        elif isinstance(value, list) and _index(segment) and int(segment) < len(value):
-            value = value[int(segment)]
-        else:
-            raise Absent(path)
-    if value is None:
-        raise Absent(path)
-    return value
-
-
 def cmd_vasp_report(session: Session, args: list[str]) -> int:
     """``read_vasp_run_report``: the whole run report, or one dotted field; no report yet, or a null field, is 1."""
     from .vasp import read_vasp_run_report
@@ -143,7 +132,9 @@ def cmd_vasp_report(session: Session, args: list[str]) -> int:
     if not os.path.lexists(path):
         raise Absent(path)  # no run has reported here yet
     document = read_vasp_run_report(path)  # another document or format version: refused (2)
-    session.emit(_dotted(document, positional[0]) if positional else document)
+    if positional:
+        return emit_present(session, dotted(document, positional[0], "the run report"))
+    session.emit(document)
     return EXIT_OK
 
 

@@ -44,6 +44,8 @@ ACTIVE_KINDS: tuple[StateKind, ...] = (
     StateKind.CANCELLING,
 )
 TERMINAL_KINDS: frozenset[StateKind] = frozenset({StateKind.SUCCEEDED, StateKind.FAILED, StateKind.CANCELLED})
+#: The same kinds as they are spelled in documents (a child's terminal note, ``kind``).
+TERMINAL_NAMES: frozenset[str] = frozenset(kind.value for kind in TERMINAL_KINDS)
 #: Kinds in which a manager owns the job under a lease.
 OWNED_KINDS: frozenset[StateKind] = frozenset(
     {StateKind.CLAIMED, StateKind.RUNNING, StateKind.COMMITTING, StateKind.CANCELLING}

@@ -223,14 +223,15 @@ def prepare_attempt(
         # everything is durable before the launch transition records the attempt.
         fs.fsync_dirs(named)
     env = dict(settings.base_env)
-    for variable, names in env_collisions(workspace_settings).items():
+    collisions = env_collisions(workspace_settings)
+    for variable, names in collisions.items():
         if (variable, names) in settings.warned_collisions:
             continue
         settings.warned_collisions.add((variable, names))
         log.warning("job %s: %s in settings.json; it is exported for neither (a runner reads both from "
                     "context.json): unset one with 'httk workflow workspace settings unset' (warned once per "
                     "manager)", marker.key, collision_text(variable, names))
-    for name, value in scalar_settings_env(workspace_settings).items():
+    for name, value in scalar_settings_env(workspace_settings, collisions).items():
         # A real HTTK_* deployment override in the manager's environment outranks the workspace setting.
         env.setdefault(name, value)
     env.update(

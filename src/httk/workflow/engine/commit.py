@@ -26,7 +26,7 @@ from .. import codec
 from ..domain.commit import AttemptEnding, activation_changes, decide_commit
 from ..domain.data import decide_staged_data
 from ..domain.frames import ChildRef, StateFrame
-from ..domain.lifecycle import TERMINAL_KINDS, Event, StateKind, is_terminal
+from ..domain.lifecycle import TERMINAL_NAMES, Event, StateKind, is_terminal
 from ..domain.model import Failure
 from ..ports import Filesystem, Ids
 from ..protocol import PRIVATE_DIR, JobSpec, parse_job_bytes
@@ -45,7 +45,6 @@ log = logging.getLogger("httk.workflow.manager")
 
 
 #: The kinds a join note can name (only a terminal transition writes one).
-_TERMINAL_NAMES = frozenset(kind.value for kind in TERMINAL_KINDS)
 
 
 def new_activation(frame: StateFrame, ids: Ids, step: str, **changes: Any) -> dict[str, Any]:
@@ -457,4 +456,4 @@ def read_note(fs: Filesystem, path: str) -> dict[str, Any] | None:
         note = codec.decode_object(fs.read_document(path), path)
     except (OSError, codec.DocumentError):
         return None
-    return note if note.get("kind") in _TERMINAL_NAMES else None
+    return note if note.get("kind") in TERMINAL_NAMES else None

@@ -211,7 +211,7 @@ class EngineContext:
         if self.manifest is not None and not self.handle.fs.exists(f"{self.directory}/manager.json"):
             log.warning("manager %s: its manifest was removed (its directory collected?); publishing it again",
                         self.manager_id)
-            self.handle.fs.write_atomic(f"{self.directory}/manager.json", self.manifest, durable=self.handle.durable)
+            self.publish_manifest(self.manifest)
 
     def progressed(self) -> None:
         self.progress += 1

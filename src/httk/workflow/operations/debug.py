@@ -105,6 +105,9 @@ class Debugger:
         self._placements: dict[str, tuple[str, str]] = {}
         #: Each followed waiting job's children in spawn order, by the generation they were read at.
         self._joins: dict[str, tuple[int, list[str]]] = {}
+        #: The markers found during one :meth:`_iteration` (the manager does not act inside it), so
+        #: the target and each child are located once an iteration, not once per question asked.
+        self._found: dict[str, Marker | None] | None = None
 
     def override_step(self, marker: Marker, step: str) -> Marker:
         """Register a fresh job at ``step`` instead of its initial step; refused once it has history."""
@@ -147,6 +150,13 @@ class Debugger:
 
     # -- one loop iteration of the private manager -------------------------------------------
     def _iteration(self) -> None:
+        self._found = {}
+        try:
+            self._observe()
+        finally:
+            self._found = None
+
+    def _observe(self) -> None:
         self._stream()
         manager = self.manager
         assert self.target is not None
@@ -248,12 +258,17 @@ class Debugger:
         return self._current_by_id(marker.job_id)
 
     def _current_by_id(self, job_id: str) -> Marker | None:
+        if self._found is not None and job_id in self._found:
+            return self._found[job_id]
         located = self._placements.get(job_id)
         if located is None:
             return None
         placement, key = located
         found = self.handle.store.locate(placement, key)
-        return found[0] if found else None
+        marker = found[0] if found else None
+        if self._found is not None:
+            self._found[job_id] = marker
+        return marker
 
     # -- log streaming ----------------------------------------------------------------------
     def _stream(self) -> None:

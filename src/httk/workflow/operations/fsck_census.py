@@ -162,13 +162,6 @@ class Duplicates:
         return {job: paths for job, paths in self.present.items() if len(paths) >= 2}
 
 
-def confirm_duplicates(fs: Filesystem, groups: dict[str, list[str]], deadline: float) -> dict[str, list[str]]:
-    """The groups of marker paths of which two or more are still there once the visibility deadline has passed."""
-    check = Duplicates(fs, groups)
-    wait_once(fs, [check.probe], deadline)
-    return check.confirmed()
-
-
 def descends(frames: dict[str, dict[str, Any]], newer: Met, older: Met) -> bool:
     """Whether ``older``'s frame is in the history of ``newer``'s, following ``previous_record_ref`` through
     ``frames`` (the job's readable frames by reference); generation 0 when the history reaches its submission."""
@@ -364,13 +357,6 @@ class UnmarkedCheck:
                     else:
                         del pending[job.job_id]
         return not pending
-
-
-def confirm_unmarked(fs: Filesystem, layout: Layout, jobs: list[Unmarked], deadline: float) -> list[Unmarked]:
-    """The jobs of which no kind holds a marker at their placement once the visibility deadline has passed."""
-    check = UnmarkedCheck(fs, layout, jobs)
-    wait_once(fs, [check.probe], deadline)
-    return list(check.pending.values())
 
 
 def id_reservation_problems(

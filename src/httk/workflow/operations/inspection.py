@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import codec
 from ..domain.frames import ChildRef, JoinRecord, StateFrame
-from ..domain.lifecycle import TERMINAL_KINDS, StateKind
+from ..domain.lifecycle import TERMINAL_KINDS, TERMINAL_NAMES, StateKind
 from ..domain.model import check_placement
 from ..protocol import JOB_FILE, JobSpec, RunLog
 from ..store.discovery import walk_names
@@ -33,7 +33,6 @@ from ..store.workspaces import WorkspaceHandle
 _RESOLVE_SCANS = 2
 _MAX_LISTED_MATCHES = 20
 _ATTEMPT_DIR = re.compile(r"^[0-9]{4,}-")
-_TERMINAL_NAMES = frozenset(kind.value for kind in TERMINAL_KINDS)
 RUNLOG_FORMAT = RunLog.FORMAT
 
 
@@ -257,7 +256,7 @@ def _child_state(store: Store, directory: str, noted: set[str], child: ChildRef)
     except (OSError, codec.DocumentError) as error:
         entry["note_error"] = str(error)
         return entry
-    if note.get("kind") not in _TERMINAL_NAMES:
+    if note.get("kind") not in TERMINAL_NAMES:
         # Read as no note, as the waiting pass reads it (engine.commit.read_note).
         entry["note_error"] = f"{path}: the note names no terminal kind ({note.get('kind')!r})"
         return entry

@@ -204,14 +204,19 @@ def check_setting_env_name(name: str, existing: Iterable[str]) -> None:
         )
 
 
-def scalar_settings_env(settings: dict[str, Any]) -> dict[str, str]:
+def scalar_settings_env(
+    settings: dict[str, Any], collisions: dict[str, tuple[str, ...]] | None = None
+) -> dict[str, str]:
     """The attempt environment of the scalar settings (objects and arrays stay in context.json).
 
     A variable two setting names share (a hand-edited settings.json: ``settings set``
     refuses the second name) is exported for neither, never for whichever comes
     last: a runner's ``a.setting(name)`` then reads each from context.json.
+    ``collisions`` is :func:`env_collisions` of ``settings`` when the caller has it already.
     """
-    shared = {name for names in env_collisions(settings).values() for name in names}
+    if collisions is None:
+        collisions = env_collisions(settings)
+    shared = {name for names in collisions.values() for name in names}
     env: dict[str, str] = {}
     for name, value in settings.items():
         if name in shared:
