@@ -68,11 +68,12 @@ def payload(root: Path) -> Path:
     return tree
 
 
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("durable", [False, True])
-def test_copy_tree_makes_what_shutil_copytree_makes(tmp_path, durable):
+def test_copy_tree_makes_what_shutil_copytree_makes(tmp_path, durable, staged):
     tree = payload(tmp_path)
     shutil.copytree(tree, tmp_path / "by-shutil", symlinks=True)
-    PosixFilesystem().copy_tree(str(tree), str(tmp_path / "out" / "copy"), durable=durable)
+    PosixFilesystem().copy_tree(str(tree), str(tmp_path / "out" / "copy"), durable=durable, staged=staged)
     assert facts(tmp_path / "out" / "copy") == facts(tmp_path / "by-shutil")
     assert facts(tmp_path / "out" / "copy") == facts(tree)  # and both are the source: nothing lost
     assert os.listdir(tmp_path / "out") == ["copy"]
@@ -85,13 +86,31 @@ def test_copy_tree_of_one_file_keeps_its_mode_and_time(tmp_path):
     assert facts(tmp_path)["copy"] == facts(tmp_path)["by-shutil"]
 
 
+def test_a_small_file_is_copied_in_one_sendfile_and_a_staged_copy_in_no_rename(tmp_path, monkeypatch):
+    """The copy stops at the size the file had when opened (no second call to find its end), and a
+    staged copy is made at its name (no temp sibling renamed onto it)."""
+    tree = payload(tmp_path)
+    calls: list[str] = []
+    real_sendfile = os.sendfile
+    monkeypatch.setattr(os, "sendfile", lambda *args: calls.append("sendfile") or real_sendfile(*args))
+    fs = PosixFilesystem()
+    monkeypatch.setattr(fs, "_rename_noreplace", lambda *args: calls.append("rename"))
+    fs.copy_tree(str(tree / "run.sh"), str(tmp_path / "one"), durable=False, staged=True)
+    assert calls == ["sendfile"]
+    assert (tmp_path / "one").read_text() == "#!/bin/sh\necho hi\n"
+    calls.clear()
+    fs.copy_tree(str(tree / "secret"), str(tmp_path / "two"), durable=False)
+    assert calls == ["sendfile", "rename"]  # not staged: copied beside, then renamed onto the name
+
+
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
-def test_a_device_in_a_tree_is_refused_unopened_and_leaves_nothing(tmp_path):
+def test_a_device_in_a_tree_is_refused_unopened_and_leaves_nothing(tmp_path, staged):
     tree = payload(tmp_path)
     # /dev/zero: shutil.copytree opened it and read without end.
     os.mknod(tree / "sub" / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
     with pytest.raises(OSError, match=r"sub/zero` is a character device"):
-        PosixFilesystem().copy_tree(str(tree), str(tmp_path / "out" / "copy"), durable=False)
+        PosixFilesystem().copy_tree(str(tree), str(tmp_path / "out" / "copy"), durable=False, staged=staged)
     assert os.listdir(tmp_path / "out") == []
 
 
@@ -120,7 +139,7 @@ def test_sync_tree_never_opens_a_fifo(tmp_path):
         pytest.fail("sync_tree blocked on the FIFO")
 
 
-def _copy_as_nobody(root: str) -> dict[str, object]:
+def _copy_as_nobody(root: str, staged: bool) -> dict[str, object]:
     """In a forked child running as uid 65534: copy a tree whose read-only directories are copied
     before an unreadable file; what was raised and what is left beside the destination."""
     read, write = os.pipe()
@@ -147,7 +166,7 @@ def _copy_as_nobody(root: str) -> dict[str, object]:
                 os.unlink(bad)
             os.chmod(bad, 0o000)
             try:
-                PosixFilesystem().copy_tree(source, f"{root}/out/copy", durable=False)
+                PosixFilesystem().copy_tree(source, f"{root}/out/copy", durable=False, staged=staged)
                 raised: object = None
             except OSError as error:
                 raised = [type(error).__name__, error.filename]
@@ -167,14 +186,15 @@ def _copy_as_nobody(root: str) -> dict[str, object]:
     return json.loads(answer)
 
 
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
-def test_a_failed_copy_of_read_only_directories_leaves_nothing_and_raises_its_own_error():
+def test_a_failed_copy_of_read_only_directories_leaves_nothing_and_raises_its_own_error(staged):
     import tempfile
 
     root = tempfile.mkdtemp(prefix="httk-tree-copy-")
     try:
         os.chown(root, 65534, 65534)
-        seen = _copy_as_nobody(root)
+        seen = _copy_as_nobody(root, staged)
         # The file's own EACCES, not rmtree's on a read-only directory of the partial copy.
         assert seen["raised"] == ["PermissionError", seen["bad"]]
         assert seen["left"] == []

@@ -70,6 +70,28 @@ def test_write_new_refuses_existing(env):
     assert names(fs, f"{root}/new") == ["doc"]
 
 
+@pytest.mark.parametrize("durable", [False, True])
+def test_write_staged_creates_in_place(env, durable):
+    fs, root = env
+    fs.makedirs(f"{root}/staging")
+    fs.write_staged(f"{root}/staging/job.json", b"{}", durable=durable)
+    assert fs.read_bytes(f"{root}/staging/job.json") == b"{}"
+    assert names(fs, f"{root}/staging") == ["job.json"]
+
+
+def test_write_staged_refuses_an_existing_name_and_a_missing_directory(env):
+    """The existing file is left as it was; a missing directory is the caller's to make."""
+    fs, root = env
+    fs.write_atomic(f"{root}/d/taken", b"theirs", durable=False)
+    with pytest.raises(FileExistsError):
+        fs.write_staged(f"{root}/d/taken", b"mine", durable=True)
+    assert fs.read_bytes(f"{root}/d/taken") == b"theirs"
+    with pytest.raises(FileNotFoundError):
+        fs.write_staged(f"{root}/missing/file", b"x", durable=False)
+    assert names(fs, root) == ["d"]
+    assert names(fs, f"{root}/d") == ["taken"]
+
+
 def test_create_empty(env):
     fs, root = env
     path = f"{root}/m/marker"
@@ -355,14 +377,15 @@ def test_rmtree(env):
     assert not fs.exists(f"{root}/single")
 
 
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("durable", [False, True])
-def test_copy_tree_of_a_tree(env, durable):
+def test_copy_tree_of_a_tree(env, durable, staged):
     fs, root = env
     fs.write_atomic(f"{root}/src/a.txt", b"a", durable=False)
     fs.write_atomic(f"{root}/src/sub/b.txt", b"b", durable=False)
     fs.makedirs(f"{root}/src/empty")
     make_symlink(fs, "a.txt", f"{root}/src/link")
-    fs.copy_tree(f"{root}/src", f"{root}/out/copy", durable=durable)
+    fs.copy_tree(f"{root}/src", f"{root}/out/copy", durable=durable, staged=staged)
     assert names(fs, f"{root}/out") == ["copy"]  # no temp sibling left
     assert names(fs, f"{root}/out/copy") == ["a.txt", "empty", "link", "sub"]
     assert fs.read_bytes(f"{root}/out/copy/sub/b.txt") == b"b"
@@ -371,16 +394,29 @@ def test_copy_tree_of_a_tree(env, durable):
     assert fs.read_bytes(f"{root}/src/a.txt") == b"a"
 
 
-def test_copy_tree_of_a_file_and_refusal(env):
+@pytest.mark.parametrize("staged", [False, True])
+def test_copy_tree_of_a_file_and_refusal(env, staged):
     fs, root = env
     fs.write_atomic(f"{root}/f", b"content", durable=False)
-    fs.copy_tree(f"{root}/f", f"{root}/g", durable=True)
+    fs.copy_tree(f"{root}/f", f"{root}/g", durable=True, staged=staged)
     assert fs.read_bytes(f"{root}/g") == b"content"
     with pytest.raises(FileExistsError):
-        fs.copy_tree(f"{root}/f", f"{root}/g", durable=False)
+        fs.copy_tree(f"{root}/f", f"{root}/g", durable=False, staged=staged)
     with pytest.raises(FileNotFoundError):
-        fs.copy_tree(f"{root}/missing", f"{root}/h", durable=False)
+        fs.copy_tree(f"{root}/missing", f"{root}/h", durable=False, staged=staged)
     assert names(fs, root) == ["f", "g"]
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_copy_tree_never_touches_an_existing_destination(env, staged):
+    """A tree in the way is refused and left whole: the refused copy removes only what it made."""
+    fs, root = env
+    fs.write_atomic(f"{root}/src/a.txt", b"new", durable=False)
+    fs.write_atomic(f"{root}/dest/a.txt", b"old", durable=False)
+    with pytest.raises(FileExistsError):
+        fs.copy_tree(f"{root}/src", f"{root}/dest", durable=False, staged=staged)
+    assert names(fs, f"{root}/dest") == ["a.txt"]
+    assert fs.read_bytes(f"{root}/dest/a.txt") == b"old"
 
 
 def test_copy_tree_refuses_a_fifo_and_leaves_nothing(env):
@@ -390,9 +426,10 @@ def test_copy_tree_refuses_a_fifo_and_leaves_nothing(env):
     fs.write_atomic(f"{root}/tree/a.txt", b"a", durable=False)
     fs.makedirs(f"{root}/tree/sub")
     make_fifo(fs, f"{root}/tree/sub/pipe")
-    for source in ("pipe", "tree"):
-        with pytest.raises(OSError, match="is a named pipe"):
-            fs.copy_tree(f"{root}/{source}", f"{root}/out/{source}", durable=True)
+    for staged in (False, True):
+        for source in ("pipe", "tree"):
+            with pytest.raises(OSError, match="is a named pipe"):
+                fs.copy_tree(f"{root}/{source}", f"{root}/out/{source}", durable=True, staged=staged)
     assert names(fs, f"{root}/out") == []  # neither the copy nor its temp sibling
 
 

@@ -46,10 +46,10 @@ DYING_MANAGER = textwrap.dedent(
     from httk.workflow.store.workspaces import WorkspaceService
 
     class DiesInSecondOperation(PosixFilesystem):
-        def copy_tree(self, source, destination, *, durable):
+        def copy_tree(self, source, destination, *, durable, staged=False):
             if os.path.basename(destination).startswith("op-0002."):
                 os._exit(9)
-            return super().copy_tree(source, destination, durable=durable)
+            return super().copy_tree(source, destination, durable=durable, staged=staged)
 
     container = Container()
     container.override_providers(fs=providers.Object(DiesInSecondOperation()))

@@ -130,3 +130,50 @@ def test_a_batch_copies_a_payload_as_one_submission_does_modes_and_times_include
     source = modes_times_bytes(payload)
     assert modes_times_bytes(tmp_path / "ws" / "camp/one" / str(one.key)) == source
     assert modes_times_bytes(tmp_path / "ws" / "camp/many" / str(many.key)) == source
+
+
+def _creations_and_renames(monkeypatch, run) -> tuple[int, int]:
+    """(names created: files and directories, renames) while ``run()`` runs, on the real filesystem."""
+    counts = {"created": 0, "renamed": 0}
+    real_open, real_mkdir, real_rename = os.open, os.mkdir, PosixFilesystem._rename_noreplace
+
+    def opened(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        counts["created"] += bool(flags & os.O_CREAT)
+        return fd
+
+    def made(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)  # an existing directory's EEXIST creates nothing
+        counts["created"] += 1
+
+    def renamed(self, source, destination):
+        counts["renamed"] += 1
+        return real_rename(self, source, destination)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "open", opened)
+        patch.setattr(os, "mkdir", made)
+        patch.setattr(PosixFilesystem, "_rename_noreplace", renamed)
+        run()
+    return counts["created"], counts["renamed"]
+
+
+@pytest.mark.parametrize("how", ["submit_specs", "submit_many"])
+def test_a_batch_job_costs_four_creations_and_two_renames(tmp_path, monkeypatch, how):
+    """Per job: the reservation (a temp renamed onto its name), the staged payload directory and its
+    job.json (made in place: the staging name is private), the rename into place, the marker."""
+    workspace = Workspace.init(tmp_path / "ws", durable=False)
+    payloads = [str(path) for path in prepare_job_payloads(
+        [(tmp_path / f"src/p{index}", spec) for index, spec in enumerate(specs(40))])]
+    for bucket in range(256):  # the id buckets a random id lands in, so that only the jobs' names count
+        os.makedirs(tmp_path / f"ws/.httk-workflow/ids/{bucket:02x}", exist_ok=True)
+    workspace.submit_specs(specs(1), "camp/a")  # the directories every later batch finds made
+    costs = []
+    for placement, count in (("camp/b", 10), ("camp/c", 40)):
+        if how == "submit_specs":
+            costs.append(_creations_and_renames(monkeypatch, lambda p=placement, c=count:
+                                                workspace.submit_specs(specs(c), p)))
+        else:
+            costs.append(_creations_and_renames(monkeypatch, lambda p=placement, c=count:
+                                                workspace.submit_many(payloads[:c], p)))
+    assert (costs[1][0] - costs[0][0], costs[1][1] - costs[0][1]) == (4 * 30, 2 * 30)

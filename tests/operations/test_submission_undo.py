@@ -33,8 +33,8 @@ class Faulty(InMemoryFilesystem):
             raise OSError(self.fail_rename, "simulated", source)
         super().rename(source, destination, durable=durable)
 
-    def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
-        super().copy_tree(source, destination, durable=durable)
+    def copy_tree(self, source: str, destination: str, *, durable: bool, staged: bool = False) -> None:
+        super().copy_tree(source, destination, durable=durable, staged=staged)
         if self.fail_copy is not None:
             raise OSError(self.fail_copy, "No space left on device", destination)
 

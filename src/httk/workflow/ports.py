@@ -129,6 +129,17 @@ class Filesystem(Protocol):
     def write_new(self, path: str, data: bytes, *, durable: bool) -> None:
         """Like ``write_atomic`` but fail with ``FileExistsError`` if ``path`` exists."""
 
+    def write_staged(self, path: str, data: bytes, *, durable: bool) -> None:
+        """Create the new file ``path`` holding ``data`` in place: no temp sibling, no rename.
+
+        Only for a name nobody reads until the caller renames it, or the directory
+        holding it, into place (a private temp, a file of a staged copy): a crash may
+        leave it partly written, and it is never seen so. ``FileExistsError`` if the name
+        exists, ``FileNotFoundError`` if its directory does not; a failed write removes
+        the file. With ``durable`` the file is fsynced, not its directory: the caller's
+        rename makes the name durable.
+        """
+
     def create_empty(self, path: str, *, durable: bool) -> None:
         """Create a zero-length file; ``FileExistsError`` if it exists."""
 
@@ -186,8 +197,14 @@ class Filesystem(Protocol):
     def rmtree(self, path: str) -> None:
         """Remove a tree; a missing tree is fine."""
 
-    def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
-        """Copy a file or a directory tree to a destination that must not exist."""
+    def copy_tree(self, source: str, destination: str, *, durable: bool, staged: bool = False) -> None:
+        """Copy a file or a directory tree to a destination that must not exist; it appears all at once.
+
+        ``staged``: ``destination`` is a name nobody reads until the caller renames it
+        into place (as for :meth:`write_staged`), so the copy is made there directly,
+        without a temp sibling; a failed copy is still removed, and with ``durable`` the
+        copy is synced but not its directory.
+        """
 
     def symlink(self, target: str, path: str) -> None:
         """Create the symbolic link ``path`` pointing at ``target``; ``FileExistsError`` if ``path`` exists.

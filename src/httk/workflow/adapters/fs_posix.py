@@ -326,10 +326,28 @@ class PosixFilesystem:
         self._publish(path, data, durable=durable, replace=True)
 
     def write_new(self, path: str, data: bytes, *, durable: bool) -> None:
-        """Publish ``data`` at ``path``; ``FileExistsError`` if the name exists, even if created meanwhile."""
-        if os.path.lexists(path):
-            raise _os_error(errno.EEXIST, path)
+        """Publish ``data`` at ``path``; ``FileExistsError`` if the name exists, even if created meanwhile.
+
+        No look first: the no-replace rename refuses an existing name by itself, and a
+        name nearly always is new (an id reservation, a request), so a check would be a
+        call per publication spent on the rare clash.
+        """
         self._publish(path, data, durable=durable, replace=False)
+
+    def write_staged(self, path: str, data: bytes, *, durable: bool) -> None:
+        """Create ``path`` holding ``data`` in place (see the port: only for a name nobody reads yet)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            try:
+                _write_all(fd, data)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
 
     def _publish(self, path: str, data: bytes, *, durable: bool, replace: bool) -> None:
         directory = os.path.dirname(path)
@@ -526,17 +544,21 @@ class PosixFilesystem:
         """Create the link ``path`` -> ``target`` (the parent must exist); ``FileExistsError`` if taken."""
         os.symlink(target, path)
 
-    def copy_tree(self, source: str, destination: str, *, durable: bool) -> None:
+    def copy_tree(self, source: str, destination: str, *, durable: bool, staged: bool = False) -> None:
         """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once.
 
         The copy is what ``shutil.copytree(symlinks=True)`` makes (:func:`.tree_copy.copy_entry`:
         bytes, modes, times, extended attributes; a FIFO, socket or device refused).
+        ``staged``: made at ``destination`` itself (see the port).
         """
-        if os.path.lexists(destination):
-            raise _os_error(errno.EEXIST, destination)
         info = os.lstat(source)
         parent = os.path.dirname(destination)
         self._ensure_dir(parent, durable=durable)
+        if staged:
+            self._copy_staged(source, destination, info, durable=durable)
+            return
+        if os.path.lexists(destination):
+            raise _os_error(errno.EEXIST, destination)
         temp = _temp_sibling(destination)
         try:
             copy_entry(source, temp, info)
@@ -544,13 +566,35 @@ class PosixFilesystem:
                 self.sync_tree(temp)
             self._rename_noreplace(temp, destination)
         except BaseException as error:
-            try:
-                self.rmtree(temp)
-            except OSError as cleanup:  # the copy's own error is the one the caller must see
-                error.add_note(f"the partial copy `{temp}` could not be removed: {cleanup}")
+            self._remove_partial(temp, error)
             raise
         if durable:
             _fsync_dir(parent)
+
+    def _copy_staged(self, source: str, destination: str, info: os.stat_result, *, durable: bool) -> None:
+        """:func:`.tree_copy.copy_entry` straight to ``destination``; what it made is removed if it fails.
+
+        The copy's first creation (of ``destination`` itself) refuses an existing name, which
+        is then left alone: it is not this copy's.
+        """
+        try:
+            copy_entry(source, destination, info)
+            if durable:
+                self.sync_tree(destination)
+        except FileExistsError as error:
+            if destination in (error.filename, error.filename2):
+                raise
+            self._remove_partial(destination, error)
+            raise
+        except BaseException as error:
+            self._remove_partial(destination, error)
+            raise
+
+    def _remove_partial(self, path: str, error: BaseException) -> None:
+        try:
+            self.rmtree(path)
+        except OSError as cleanup:  # the copy's own error is the one the caller must see
+            error.add_note(f"the partial copy `{path}` could not be removed: {cleanup}")
 
     def sync_tree(self, path: str) -> None:
         """fsync every regular file and directory below ``path`` (and ``path`` itself), children first.

@@ -5,7 +5,7 @@ makes: the same names and bytes, and for every file, directory and link the
 source's permission bits (setuid, setgid and sticky included; a link has none of its
 own on Linux), modification time and extended attributes; a link is copied as a
 link, never followed. A regular file costs ten calls (open, fstat, open of the copy,
-``sendfile`` to end of file, ``flistxattr``, ``futimens``, ``fchmod``, two closes)
+one ``sendfile`` (to the size it had when opened), ``flistxattr``, ``futimens``, ``fchmod``, two closes)
 where ``copy2`` makes about twenty-five and much more Python around them; a
 directory a ``mkdir``, its listing, ``utimensat`` and ``listxattr`` after its entries
 (whose creation would change its time), and its ``chmod`` once the whole copy is made:
@@ -88,7 +88,7 @@ def _copy_file(source: str, target: str) -> None:
             raise _special(source, info.st_mode)
         dst = os.open(target, _CREATE, 0o600)
         try:
-            _copy_bytes(src, dst)
+            _copy_bytes(src, dst, info.st_size)
             os.utime(dst, ns=(info.st_atime_ns, info.st_mtime_ns))
             _copy_xattrs(src, dst, follow=True)
             os.chmod(dst, stat.S_IMODE(info.st_mode))
@@ -98,8 +98,13 @@ def _copy_file(source: str, target: str) -> None:
         os.close(src)
 
 
-def _copy_bytes(src: int, dst: int) -> None:
-    """Every byte of ``src`` to ``dst``: in the kernel (``sendfile``), else read and write."""
+def _copy_bytes(src: int, dst: int, size: int) -> None:
+    """Every byte of ``src`` (``size`` long when opened) to ``dst``: in the kernel (``sendfile``), else read and write.
+
+    The copy ends at end of file, or once ``size`` bytes are copied: the copy of a file
+    is the file as it was opened, and a small one then costs one ``sendfile``, not a
+    second that finds the end.
+    """
     offset = 0
     try:
         while True:
@@ -107,6 +112,8 @@ def _copy_bytes(src: int, dst: int) -> None:
             if sent == 0:
                 return
             offset += sent
+            if offset >= size > 0:
+                return
     except OSError as error:
         # A filesystem that cannot sendfile says so on the first call; copy by hand from there.
         if offset or error.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):

@@ -113,7 +113,7 @@ def seed_workdir(fs: Filesystem, payload: str, workdir: str, staging: str, *, du
     for entry in fs.scandir(payload):
         if entry.name in (JOB_FILE, PRIVATE_DIR):
             continue
-        fs.copy_tree(entry.path, f"{staging}/{entry.name}", durable=False)
+        fs.copy_tree(entry.path, f"{staging}/{entry.name}", durable=False, staged=True)
     if durable:
         fs.sync_tree(staging)
     try:
@@ -174,7 +174,8 @@ def prepare_attempt(
     except RunnerUnavailable as refused:
         raise LaunchRefused(refused.failure) from None
     copy = f"{control}/runner/{posixpath.basename(runner_source)}"
-    fs.copy_tree(runner_source, copy, durable=False)
+    # Staged: nothing reads the copy before this manager has verified it below.
+    fs.copy_tree(runner_source, copy, durable=False, staged=True)
     mismatch = digest_mismatch(fs, copy, spec)
     if mismatch is not None:
         raise LaunchRefused(mismatch)

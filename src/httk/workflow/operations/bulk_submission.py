@@ -301,11 +301,15 @@ def _place(workspace: WorkspaceHandle, items: Sequence[Planned], written: _Writt
                 fs.rmtree(entry.path)
         for item in items:
             written.current = item
+            # Straight into the staging name: it is private until renamed into place, so neither
+            # the copy nor the job.json needs a temp sibling of its own (a rename and a create fewer).
             if item.data is None:
-                fs.copy_tree(item.source, item.staging, durable=False)
+                fs.copy_tree(item.source, item.staging, durable=False, staged=True)
+                written.staged.append(item)
             else:  # a job from its definition: its payload is the job.json, written where a copy is staged
-                fs.write_new(f"{item.staging}/{JOB_FILE}", item.data, durable=False)
-            written.staged.append(item)
+                fs.makedirs(item.staging)
+                written.staged.append(item)
+                fs.write_staged(f"{item.staging}/{JOB_FILE}", item.data, durable=False)
             tick("copying")
         if durable:
             fs.sync_trees([item.staging for item in items])

@@ -123,7 +123,7 @@ def submit(
             fs.rename(source, destination, durable=durable)
         else:
             fs.rmtree(staging)
-            fs.copy_tree(source, staging, durable=durable)
+            fs.copy_tree(source, staging, durable=durable, staged=True)
             fs.rename(staging, destination, durable=durable)
         placed = True
         marker = workspace.store.create_submitted(placement, key, planned.spec.priority)

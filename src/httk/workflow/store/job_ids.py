@@ -190,7 +190,7 @@ def reserve_job_ids(
     temps = [_temp(layout, reservation) for reservation in wanted]
     try:
         for reservation, temp in zip(wanted, temps, strict=True):
-            fs.write_atomic(temp, codec.encode(reservation.to_json()), durable=False)
+            _write_temp(fs, temp, codec.encode(reservation.to_json()))
         fs.sync_trees(temps)
         for reservation, temp in zip(wanted, temps, strict=True):
             _create(fs, layout, reservation, lambda path, temp=temp: fs.rename(temp, path, durable=False))
@@ -202,6 +202,18 @@ def reserve_job_ids(
                 fs.remove(temp)
         raise
     fs.fsync_dirs(sorted({posixpath.dirname(layout.id_reservation(reservation.job_id)) for reservation in wanted}))
+
+
+def _write_temp(fs: Filesystem, temp: str, data: bytes) -> None:
+    """Write the hidden temp ``temp`` in place: nobody reads it, and only its synced whole is renamed.
+
+    A temp of the same name is what an interrupted batch reserving this id left: replaced.
+    """
+    try:
+        fs.write_staged(temp, data, durable=False)
+    except FileExistsError:
+        fs.remove(temp)
+        fs.write_staged(temp, data, durable=False)
 
 
 def _temp(layout: Layout, reservation: Reservation) -> str:

@@ -410,6 +410,20 @@ class InMemoryFilesystem(TreeOperations):
             raise _error(errno.EEXIST, path)
         self._publish(path, data, durable=durable, replace=False)
 
+    def write_staged(self, path: str, data: bytes, *, durable: bool) -> None:
+        """Create ``path`` holding ``data`` in place: a crash between the two leaves it empty."""
+        path = _norm(path)
+        self._directory(posixpath.dirname(path))
+        inode = self._create_file(path)
+        try:
+            self._write(inode, data)
+            if durable:
+                self._fsync_file(inode)
+        except BaseException:
+            with contextlib.suppress(OSError, SimulatedCrash):
+                self.remove(path)
+            raise
+
     def _publish(self, path: str, data: bytes, *, durable: bool, replace: bool) -> None:
         path = _norm(path)
         directory, name = posixpath.split(path)

@@ -35,14 +35,28 @@ class TreeOperations:
             self.rmtree(posixpath.join(_norm(path), name))
         self.rmdir(path)
 
-    def copy_tree(self: InMemoryFilesystem, source: str, destination: str, *, durable: bool) -> None:
-        """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once."""
+    def copy_tree(self: InMemoryFilesystem, source: str, destination: str, *, durable: bool,
+                  staged: bool = False) -> None:
+        """Copy a file, symlink or tree to ``destination``, which must not exist; appears all at once.
+
+        ``staged``: copied at ``destination`` itself, the way the POSIX adapter does.
+        """
         destination = _norm(destination)
         if self._visible(destination, view=False) is not None:
             raise _error(errno.EEXIST, destination)
         node = self._existing(source, follow=False)
         directory, name = posixpath.split(destination)
         self._ensure_dir(directory, durable=durable)
+        if staged:
+            try:
+                self._copy(node, destination, source)
+                if durable:
+                    self.sync_tree(destination)
+            except BaseException:
+                with contextlib.suppress(OSError, SimulatedCrash):
+                    self.rmtree(destination)
+                raise
+            return
         temp = posixpath.join(directory, f".{name}.tmp.{next(self._state.tokens):016x}")
         try:
             self._copy(node, temp, source)
