@@ -17,6 +17,7 @@ import enum
 import json
 import math
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
@@ -68,6 +69,7 @@ def converter() -> Any:
         made.register_structure_hook_factory(_is_array, lambda kind: _array(made, kind))
         made.register_structure_hook_factory(attrs.has, lambda cls: _record(made, cls))
         made.register_structure_hook_factory(_is_checked, lambda kind: _checked(made, kind))
+        made.register_structure_hook_factory(_is_optional, lambda kind: _optional(made, kind))
         made.register_unstructure_hook_factory(_has_omitted, lambda kind: _omitting(made, kind))
         _converter = made
     return _converter
@@ -75,6 +77,8 @@ def converter() -> Any:
 
 def _strict(base: type, name: str) -> Callable[[Any, Any], Any]:
     def structure(value: Any, kind: Any) -> Any:
+        if kind is base and type(value) is base:  # nearly every value: the plain type, not an Enum member
+            return value
         # bool is an int in Python and never one in a document.
         if not isinstance(value, base) or (base is int and isinstance(value, bool)):
             raise Problem(f"expected {name}, got {type_name(value)}")
@@ -148,6 +152,24 @@ def _record(made: Any, cls: type) -> Callable[[Any, Any], Any]:
     from cattrs.gen import make_dict_structure_fn
 
     return _guarded(make_dict_structure_fn(cls, made), cls, dict, "object")
+
+
+def _is_optional(kind: Any) -> bool:
+    """``X | None`` of one ``X``: cattrs would look the hook of ``X`` up again at every value."""
+    arguments = typing.get_args(kind)
+    return (typing.get_origin(kind) in (typing.Union, types.UnionType) and len(arguments) == 2
+            and type(None) in arguments)
+
+
+def _optional(made: Any, kind: Any) -> Callable[[Any, Any], Any]:
+    """The structure function of ``X | None``: ``None``, or ``X``'s hook, found once."""
+    inner_kind = next(argument for argument in typing.get_args(kind) if argument is not type(None))
+    inner = made.get_structure_hook(inner_kind)
+
+    def structure(value: Any, _kind: Any) -> Any:
+        return None if value is None else inner(value, inner_kind)
+
+    return structure
 
 
 def _is_checked(kind: Any) -> bool:
