@@ -274,7 +274,8 @@ class JobSpec:
             document = codec.unstructure(self.to_record())
         except codec.Problem as error:  # a rule of a nested record (the runner's pin), not a JSON shape
             raise codec.DocumentError(JOB_FILE, f"$.runner.{error.member}", str(error)) from None
-        validate_job_document(document, JOB_FILE)
+        # Structured as a reader structures it; the JobSpec a reader would make from that is this one.
+        codec.structure(document, JobDocument, JOB_FILE)
         return document
 
     def to_bytes(self) -> bytes:
