@@ -8,6 +8,7 @@ import pytest
 
 from disk_support import disk_snapshot as tree
 from httk.workflow import JobSpec, Workspace, prepare_job_payload, prepare_job_payloads
+from httk.workflow.adapters import fs_posix
 from httk.workflow.adapters.fs_posix import PosixFilesystem
 from httk.workflow.operations.submission import SubmissionError
 from httk.workflow.testing import InMemoryFilesystem
@@ -135,7 +136,8 @@ def test_a_batch_copies_a_payload_as_one_submission_does_modes_and_times_include
 def _creations_and_renames(monkeypatch, run) -> tuple[int, int]:
     """(names created: files and directories, renames) while ``run()`` runs, on the real filesystem."""
     counts = {"created": 0, "renamed": 0}
-    real_open, real_mkdir, real_rename = os.open, os.mkdir, PosixFilesystem._rename_noreplace
+    real_open, real_mkdir, real_renameat2 = os.open, os.mkdir, fs_posix.renameat2()
+    assert real_renameat2 is not None  # the libc of every platform the project runs on has it
 
     def opened(path, flags, *args, **kwargs):
         fd = real_open(path, flags, *args, **kwargs)
@@ -146,14 +148,14 @@ def _creations_and_renames(monkeypatch, run) -> tuple[int, int]:
         real_mkdir(path, *args, **kwargs)  # an existing directory's EEXIST creates nothing
         counts["created"] += 1
 
-    def renamed(self, source, destination):
+    def renamed(*args):
         counts["renamed"] += 1
-        return real_rename(self, source, destination)
+        return real_renameat2(*args)
 
     with monkeypatch.context() as patch:
         patch.setattr(os, "open", opened)
         patch.setattr(os, "mkdir", made)
-        patch.setattr(PosixFilesystem, "_rename_noreplace", renamed)
+        patch.setattr(fs_posix, "renameat2", lambda: renamed)
         run()
     return counts["created"], counts["renamed"]
 

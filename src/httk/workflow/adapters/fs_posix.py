@@ -117,6 +117,16 @@ def _read_at(fd: int, offset: int, length: int) -> bytes:
     return b"".join(chunks)
 
 
+def _fill(fd: int, data: bytes, *, durable: bool) -> None:
+    """Write ``data`` to the new file ``fd`` (fsynced when ``durable``) and close it, whatever happens."""
+    try:
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     """``os.write`` until every byte is written (a write may be partial)."""
     view = memoryview(data)
@@ -338,12 +348,7 @@ class PosixFilesystem:
         """Create ``path`` holding ``data`` in place (see the port: only for a name nobody reads yet)."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
-            try:
-                _write_all(fd, data)
-                if durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fill(fd, data, durable=durable)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -354,12 +359,7 @@ class PosixFilesystem:
         temp = _temp_sibling(path)
         fd = self._create(temp, directory, durable=durable)
         try:
-            try:
-                _write_all(fd, data)
-                if durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fill(fd, data, durable=durable)
             if replace:
                 os.rename(temp, path)
             else:

@@ -47,27 +47,18 @@ class TreeOperations:
         node = self._existing(source, follow=False)
         directory, name = posixpath.split(destination)
         self._ensure_dir(directory, durable=durable)
-        if staged:
-            try:
-                self._copy(node, destination, source)
-                if durable:
-                    self.sync_tree(destination)
-            except BaseException:
-                with contextlib.suppress(OSError, SimulatedCrash):
-                    self.rmtree(destination)
-                raise
-            return
-        temp = posixpath.join(directory, f".{name}.tmp.{next(self._state.tokens):016x}")
+        target = destination if staged else posixpath.join(directory, f".{name}.tmp.{next(self._state.tokens):016x}")
         try:
-            self._copy(node, temp, source)
+            self._copy(node, target, source)
             if durable:
-                self.sync_tree(temp)
-            self._rename_raw(temp, destination, replace=False)
+                self.sync_tree(target)
+            if not staged:
+                self._rename_raw(target, destination, replace=False)
         except BaseException:
             with contextlib.suppress(OSError, SimulatedCrash):
-                self.rmtree(temp)
+                self.rmtree(target)
             raise
-        if durable:
+        if durable and not staged:
             self._fsync_dir_inode(self._directory(directory))
 
     def _copy(self: InMemoryFilesystem, node: _Inode, path: str, source: str, top: bool = True) -> None:
