@@ -72,3 +72,19 @@ def test_an_unreadable_remotes_directory_drops_the_suggestion_not_the_line(cli, 
     monkeypatch.undo()
     assert line == f"error: no remote named 'kapa'; {SEE}"
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("args", [
+    ["transfer", "{ws}", "kappa", "--kind", "submitted"],
+    ["transfer", "kappa", "{ws}"],
+    ["workspace", "status", "kappa"],
+])
+def test_a_remote_name_without_its_colon_says_how_its_workspaces_are_written(cli, tmp_path, configured, args):
+    before = tree(tmp_path)
+    line = cli.refused(*[arg.format(ws=configured) for arg in args])
+    assert line == ("error: kappa: neither a directory nor a registered workspace name; see 'httk workflow workspace "
+                    "list' (kappa is a configured remote: its default workspace is written 'kappa:', one there "
+                    "'kappa:NAME')")
+    assert tree(tmp_path) == before
+    # A name that is no remote keeps the plain line.
+    assert cli.refused("workspace", "status", "nosuch").endswith("see 'httk workflow workspace list'")

@@ -248,6 +248,30 @@ def test_repeating_a_finished_transfer_says_it_was_done_and_moves_nothing(world)
     assert (tree(a), tree(b)) == before
 
 
+def test_after_a_round_trip_the_newest_transfer_says_where_the_job_is(world):
+    """A job that went away, came back and went again: repeating names the last transfer, to its destination."""
+    a, b, c = world / "ws-a", world / "ws-b", world / "ws-c"
+    httk(world, "workspace", "init", str(c))
+
+    def moved(source: Path, destination: Path) -> str:
+        report = json.loads(httk(world, "transfer", str(source), str(destination), "--job", "later", "--json").stdout)
+        return report["transfers"][0]["transfer_id"]
+
+    moved(a, c)
+    moved(c, a)
+    moved(a, b)
+    moved(b, a)
+    last = moved(a, c)
+    again = httk(world, "transfer", str(a), str(c), "--job", "later")
+    assert again.stdout == f"1 job already transferred from {a} to {c} by {last}; nothing to do\n"
+    # Sent on to b instead, it is not "already transferred" there: it is in c, and nothing moves.
+    key = inspection.resolve_job(Workspace(c).handle, "later").key
+    line = refused(world, str(a), str(b), "--job", "later")
+    assert line == (f"error: job {key} is not in {a}: transfer {last} took it to {c}, not to {b}; nothing moved "
+                    f"(to move it on: 'httk workflow transfer {c} {b} --job {key}')")
+    assert jobs_of(c) == {"later": "submitted"} and "later" not in jobs_of(a) and "later" not in jobs_of(b)
+
+
 # -- refusals: one line naming the thing and the fix, exit 2, both trees unchanged ------------------
 def refused(world: Path, *args: str) -> str:
     a, b = world / "ws-a", world / "ws-b"
@@ -273,6 +297,34 @@ def test_a_job_a_manager_owns_is_refused_naming_the_owner(world):
     suggested = shlex.split(line[line.index("('") + 2:line.rindex("')")].replace("$USER", "rar"))
     assert suggested[:3] == ["httk", "workflow", "job"], suggested
     assert "pause" in httk(world, *suggested[2:]).stdout
+
+
+def test_bringing_jobs_home_before_they_stop_names_those_a_manager_owns(world):
+    """`transfer kappa:runs default` run too early must not look like everything came home."""
+    a, b = world / "ws-a", world / "ws-b"
+    store = Workspace(a).handle.store
+    marker = inspection.resolve_job(Workspace(a).handle, "later")
+    marker, frame = store.transition(marker, store.read_job(marker).frame, Event.REGISTER)
+    store.transition(marker, frame, Event.CLAIM,
+                     owner=Owner(manager_id="m-0123456789ab", host="node7", lease_seconds=900.0, claimed_at=0.0))
+    note = (f"1 claimed job stays at {a}: a manager owns it; transfer again after it stops "
+            f"(see 'httk workflow workspace status {a}')")
+    alone = httk(world, "transfer", str(a), str(b), "--placement", "camp/later")
+    assert alone.stdout == f"nothing to transfer from {a} to {b}; {note}\n"
+    report = json.loads(httk(world, "transfer", str(a), str(b), "--placement", "camp/later", "--json").stdout)
+    assert report["owned"] == {"claimed": 1} and report["transfers"] == []
+    done = httk(world, "transfer", str(a), str(b))  # the stopped ones travel, the claimed one is named
+    assert done.stdout.startswith("transferred 2 jobs") and done.stdout.endswith(f"; {note}\n"), done.stdout
+    assert jobs_of(a) == {"later": "claimed"} and jobs_of(b) == {"ok": "succeeded", "bad": "failed"}
+
+
+def test_a_named_job_outside_kind_is_refused_as_outside_placement_is(world):
+    a, b = world / "ws-a", world / "ws-b"
+    key = inspection.resolve_job(Workspace(a).handle, "bad").key
+    line = refused(world, str(a), str(b), "--job", "bad", "--kind", "succeeded", "--kind", "paused")
+    assert line == f"error: job {key} is failed, not of --kind succeeded, paused; drop --kind or the job"
+    httk(world, "transfer", str(a), str(b), "--job", "bad", "--kind", "failed")
+    assert jobs_of(b) == {"bad": "failed"}
 
 
 def test_destination_already_holding_the_job_is_refused(world):
@@ -322,6 +374,7 @@ def test_an_unknown_remote_and_an_unreachable_host_are_refused(world):
     assert done.stderr.strip().splitlines()[-1].startswith("error: remote gone: ssh 127.0.0.1:9: cannot connect")
     strict = httk(world, "transfer", str(a), "gone:runs", "--job", "later", "--strict-environment", code=2)
     assert "--strict-environment needs its settings: nothing moved" in strict.stderr
+    assert not (a / ".httk-workflow" / "transfers").exists() or not list((a / ".httk-workflow" / "transfers").iterdir())
 
 
 def test_a_waiting_parent_needs_its_children_and_skips_are_listed(world):

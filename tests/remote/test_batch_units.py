@@ -189,6 +189,9 @@ def test_the_output_file_names_of_a_workdir_give_the_recorded_job_ids():
     names = ["slurm-17.out", "slurm-9.out", "slurm-20_3.out", "notes.txt", "slurm-x.out", "local-5.out"]
     assert SLURM.job_ids_in(names) == ["9", "17", "20_3"]
     assert LOCAL.job_ids_in(names) == ["5"]
+    # local: the script copy local-PID.START.sh carries the start time the output name lacks.
+    assert LOCAL.job_ids_in(["local-5.out", "local-5.77.sh", "local-12.out", "local-3.4.sh", "local-9.sh"]) == [
+        "3.4", "5.77", "9", "12"]
     # PBS names its output after the job name, not the id: it cannot say.
     assert PbsBatchSystem(RecordingTransport()).job_ids_in(names) is None
 

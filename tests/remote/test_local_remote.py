@@ -65,6 +65,16 @@ def test_check_names_every_failed_check(cli, here, tmp_path):
     assert result.stderr == "remote here: failed checks: httk, workspace_root\n"
 
 
+@pytest.mark.parametrize("command", [("run", "here:nope"), ("manager", "status", "here:nope")])
+def test_a_workspace_name_the_remote_lacks_names_the_remote_once(cli, here, tmp_path, command):
+    """The remote's forwarded httk already says 'remote here:'; run and manager status must not say it twice."""
+    before = sorted(tmp_path.rglob("*"))
+    line = cli.refused(*command)
+    assert line == ("error: remote here: nope: neither a directory nor a registered workspace name there; see "
+                    "'httk workflow workspace list here:'")
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_init_status_settings_and_run_through_the_local_batch_system(cli, here, tmp_path):
     path = tmp_path / "runs"
     init = cli("workspace", "init", f"{here}:{path}", "--name", "runs")
@@ -148,6 +158,36 @@ def test_manager_status_without_job_asks_about_the_managers_the_workspace_record
         found = cli.json("manager", "status", f"{here}:runs")["jobs"]
         assert found == {str(stand_in.pid): {"state": "RUNNING", "finished": False, "succeeded": None}}
         assert f"local job {stand_in.pid} on here: RUNNING" in cli("manager", "status", f"{here}:runs").stdout
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
+def start_time(pid: int) -> str:
+    """Field 22 of /proc/PID/stat, as the local batch system's launcher reads it."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+def test_manager_status_without_job_keeps_the_start_time_so_a_reused_pid_is_no_manager(cli, here, tmp_path):
+    path = tmp_path / "runs"
+    cli("workspace", "init", f"{here}:{path}", "--name", "runs")
+    stand_in = subprocess.Popen(["sleep", "60"])
+    try:
+        batch = path / ".httk-workflow" / "batch"
+        batch.mkdir()
+        started = start_time(stand_in.pid)
+        # The manager's files as 'run' leaves them: its output by pid, the script copy by PID.START.
+        (batch / f"local-{stand_in.pid}.out").write_text("")
+        (batch / f"local-{stand_in.pid}.{started}.sh").write_text("#!/bin/sh\n")
+        job_id = f"{stand_in.pid}.{started}"
+        assert cli.json("manager", "status", f"{here}:runs")["jobs"] == {
+            job_id: {"state": "RUNNING", "finished": False, "succeeded": None}}
+        assert cli("manager", "status", f"{here}:runs").stdout == f"local job {job_id} on here: RUNNING\n"
+        # The same pid with another start time is another process: the manager it recorded has exited.
+        (batch / f"local-{stand_in.pid}.{started}.sh").rename(batch / f"local-{stand_in.pid}.{int(started) + 1}.sh")
+        stale = f"{stand_in.pid}.{int(started) + 1}"
+        assert cli.json("manager", "status", f"{here}:runs")["jobs"] == {
+            stale: {"state": "EXITED", "finished": True, "succeeded": None}}
     finally:
         stand_in.kill()
         stand_in.wait()

@@ -108,6 +108,10 @@ def test_add_configure_show_list_remove(cli, tmp_path):
     assert FIRST_PARTY <= set(listing["templates"])
     assert "removed remote kappa" in cli("remote", "remove", "kappa").stdout
     assert cli.json("remote", "list")["remotes"] == []
+    # Every remote command has --json, remove too.
+    cli("remote", "add", "lumi", "--template", "ssh-slurm")
+    assert cli.json("remote", "remove", "lumi") == {"name": "lumi", "removed": True}
+    assert cli.json("remote", "list")["remotes"] == []
 
 
 @pytest.mark.parametrize(

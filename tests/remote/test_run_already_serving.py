@@ -62,9 +62,10 @@ def test_a_live_local_manager_is_named_once_and_its_kill_drains_it(cli, here, tm
         [manager] = wait_until(registered, 120, "the manager registering")
         assert str(manager["pid"]) == pid  # the job id is the manager's pid: one manager, named once
         report = json.loads(cli("run", f"{here}:runs", "--idle-timeout", "1", "--json").stdout)
-        # The batch directory names it by its pid (local-PID.out); the registry by its manager id: named once.
-        named = [entry for entry in report["already_serving"] if entry["id"] in (pid, manager["manager_id"])]
-        assert named == [{"source": "batch", "id": pid, "state": "RUNNING", "cancel": f"kill -TERM {pid}",
+        # The batch directory names it by its job id, PID.START (local-PID.START.sh); the registry by its
+        # manager id: named once.
+        named = [entry for entry in report["already_serving"] if entry["id"] in (job_id, manager["manager_id"])]
+        assert named == [{"source": "batch", "id": job_id, "state": "RUNNING", "cancel": f"kill -TERM {pid}",
                           "where": "here"}]
     finally:
         subprocess.run(["kill", "-TERM", pid], check=False)

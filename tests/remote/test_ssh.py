@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from remote_support import configure_kappa, ssh_transport
@@ -48,6 +50,46 @@ def test_put_and_get_over_sftp(ssh, tmp_path, infra):
         ssh.run(["rm", "-f", remote])
     with pytest.raises(TransportError, match="cannot get"):
         ssh.get(remote, str(tmp_path / "absent.txt"))
+
+
+#: In a process of its own (a hang must not hang pytest): Ctrl-C during an SFTP copy, then a command.
+INTERRUPTED_COPY = """
+import _thread, os, sys, threading
+sys.path.insert(0, sys.argv[1])
+from remote_support import load_infra, ssh_transport
+infra = load_infra(fresh_httk=False)
+ssh = ssh_transport(infra)
+ssh.run(["true"])
+big = os.path.join(sys.argv[2], "big.bin")
+with open(big, "wb") as out:
+    out.write(os.urandom(128 * 1024 * 1024))
+for copy in (lambda: ssh.put(big, sys.argv[3]), lambda: ssh.get(sys.argv[3], big + ".back")):
+    threading.Timer(0.3, _thread.interrupt_main).start()
+    try:
+        copy()
+        print("copied before the interrupt")
+    except KeyboardInterrupt:
+        print("interrupted")
+    if not os.path.exists(big + ".back"):
+        ssh.run(["dd", "if=/dev/zero", "of=" + sys.argv[3], "bs=1M", "count=128"])
+print(ssh.run(["echo", "again"]).stdout.strip())
+ssh.close()
+"""
+
+
+def test_an_interrupted_copy_ends_at_once_and_the_transport_reconnects(infra, tmp_path):
+    """Ctrl-C inside paramiko's pipelined SFTP writes used to leave it waiting for ever for a reply."""
+    remote = f"{infra['CI_WORK_ROOT']}/interrupted-{uuid.uuid4().hex}.bin"
+    support = str(Path(__file__).parent)
+    try:
+        done = subprocess.run([sys.executable, "-c", INTERRUPTED_COPY, support, str(tmp_path), remote],
+                              capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        cleanup = ssh_transport(infra)
+        cleanup.run(["rm", "-f", remote])
+        cleanup.close()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "interrupted", "again"], done.stdout
 
 
 def test_connection_failures_are_one_line_saying_what_to_fix(infra, tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -145,6 +146,29 @@ def test_a_refusal_at_the_remote_moves_nothing(here, tmp_path):
     assert not (runs / ".httk-workflow" / "transfers").exists()
     missing = here("transfer", str(ws), "here:nope", "--job", "demo", code=2)
     assert "nope: neither a directory nor a registered workspace name" in missing.stderr
+
+
+def disk(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+@pytest.mark.parametrize("args", [("dead:runs", "{ws}"), ("dead:runs", "{ws}", "--resume"),
+                                  ("dead:runs", "here:runs")])
+def test_an_unreachable_source_is_one_line_exit_2_and_writes_nothing(here, tmp_path, args):
+    """Bringing jobs home from a remote that cannot be reached: the refusal of a destination, not a traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # released: nothing listens there
+    (tmp_path / "known_hosts").write_text("")
+    here("remote", "add", "dead", "--template", "ssh-slurm")
+    here("remote", "configure", "dead", "--set", "host=127.0.0.1", "--set", f"port={port}",
+         "--set", f"known_hosts={tmp_path / 'known_hosts'}")
+    before = disk(tmp_path)
+    done = here("transfer", *[arg.format(ws=tmp_path / "ws") for arg in args], code=2)
+    assert "Traceback" not in done.stderr and done.stdout == "", done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: remote dead: ssh 127.0.0.1:{port}: cannot connect to port {port} (Connection refused); check the "
+        "remote's host and port settings, and that sshd runs there; nothing moved")
+    assert disk(tmp_path) == before and kinds(tmp_path / "ws") == {"demo": "submitted"}
 
 
 # -- the real sshd ---------------------------------------------------------------------------------

@@ -27,8 +27,9 @@ import os
 import select
 import shlex
 import socket
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import paramiko
@@ -43,6 +44,8 @@ _TIMEOUT_WRAPPER = 't=$1; shift; if command -v timeout >/dev/null 2>&1; then exe
 #: Everything paramiko and the socket layer raise when a connection cannot be made or is lost.
 _FAILURES = (paramiko.SSHException, EOFError, OSError)
 _AGAIN = "run the command again; if it keeps failing, see 'httk workflow remote check'"
+#: Seconds an interrupted copy's worker is given to end once its connection is closed under it.
+_INTERRUPT_GRACE = 5.0
 
 # Without a handler of its own, paramiko's thread tracebacks reach stderr through logging's last
 # resort; the failure they describe is already raised here as one TransportError line.
@@ -318,7 +321,8 @@ class SshTransport:
     def put(self, local: str, remote: str) -> None:
         """Copy one local file there over SFTP (a relative ``remote`` is below the login directory)."""
         try:
-            self._connect().put(local, remote=remote)
+            connection = self._connect()
+            self._interruptible(lambda: connection.put(local, remote=remote))
         except _FAILURES as error:
             self.close()
             raise TransportError(f"ssh {self.where}: cannot put {local} to {remote}: {_text(error)}") from None
@@ -326,10 +330,39 @@ class SshTransport:
     def get(self, remote: str, local: str) -> None:
         """Copy one file from there over SFTP."""
         try:
-            self._connect().get(remote, local=local)
+            connection = self._connect()
+            self._interruptible(lambda: connection.get(remote, local=local))
         except _FAILURES as error:
             self.close()
             raise TransportError(f"ssh {self.where}: cannot get {remote} to {local}: {_text(error)}") from None
+
+    def _interruptible(self, copy: Callable[[], object]) -> None:
+        """Run one SFTP copy in a worker thread, so that an interrupt (Ctrl-C) cannot land inside paramiko.
+
+        Interrupted inside its pipelined writes, paramiko waits for ever for the reply to a
+        request it cut short (the command hangs). The interrupt reaches this (main) thread
+        instead: the connection is dropped under the copy, which ends the worker, and the
+        interrupt goes on; the next call opens a new connection.
+        """
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                copy()
+            except BaseException as error:  # handed to the caller's thread, which raises it
+                failure.append(error)
+
+        worker = threading.Thread(target=work, name="httk-sftp-copy", daemon=True)
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.2)
+        except BaseException:
+            self.close()
+            worker.join(_INTERRUPT_GRACE)
+            raise
+        if failure:
+            raise failure[0]
 
 
 class _SinkFailed(Exception):

@@ -106,9 +106,18 @@ class AppContext:
                                      f"name there; see 'httk workflow workspace list {remote}:'")
             raise WorkspaceError(
                 f"{reference}: neither a directory nor a registered workspace name; "
-                "see 'httk workflow workspace list'"
+                f"see 'httk workflow workspace list'{self._remote_hint(reference)}"
             )
         return self.absolute(reference)
+
+    def _remote_hint(self, name: str) -> str:
+        """When ``name`` is a configured remote, how its workspaces are written (the colon is easily left out)."""
+        try:
+            configured = name in self.remotes.names()
+        except OSError:  # no remotes directory, or one that may not be listed: nothing to suggest
+            return ""
+        return (f" ({name} is a configured remote: its default workspace is written '{name}:', one there '{name}:NAME')"
+                if configured else "")
 
     def open_workspace(self, path: str | None, *, create: bool = False) -> WorkspaceHandle:
         """Attach a workspace; when omitted, the recorded default or else the per-user default.

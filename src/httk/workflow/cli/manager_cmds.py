@@ -203,7 +203,8 @@ def manager_status(app: AppContext, workspace: str, job_ids: tuple[str, ...], as
     """Ask the remote's batch system about manager jobs that 'run REMOTE:WORKSPACE' submitted.
 
     Without --job, the jobs are the ones the workspace's .httk-workflow/batch
-    records there (their output files), as 'workspace report' finds them.
+    records there (their output files and script copies), as 'workspace report'
+    finds them; a local job is named PID.START, as 'run' printed it.
 
     \b
     Example:

@@ -153,8 +153,9 @@ def list_remotes(app: AppContext, as_json: bool) -> None:
 
 @remote.command("remove", epilog=EXIT_CODES)
 @click.argument("name")
+@JSON_OPTION
 @pass_app
-def remove(app: AppContext, name: str) -> None:
+def remove(app: AppContext, name: str, as_json: bool) -> None:
     """Forget remote NAME here; nothing on the remote machine is touched.
 
     \b
@@ -162,6 +163,9 @@ def remove(app: AppContext, name: str) -> None:
       httk workflow remote remove kappa
     """
     app.remotes.remove(name)
+    if as_json:
+        emit_json({"name": name, "removed": True})
+        return
     click.echo(f"removed remote {name} (its workspaces are untouched)")
 
 

@@ -30,7 +30,7 @@ from ..operations.remotes import split_reference
 from ..operations.transfer import SourceSide, TransferError
 from ..operations.transfer_flow import Endpoint, LocalEndpoint, RemoteEndpoint, Transfer, dispatch, refusal_text
 from ..operations.transfer_import import DestinationSide
-from ..store.transfer_ledger import DESTINATION, ROLES, SOURCE
+from ..store.transfer_ledger import DESTINATION, ROLES, SOURCE, resume_command
 from .context import AppContext, pass_app
 from .progress import StatusLine
 from .render import EXIT_REFUSED, emit_json, refuse
@@ -38,9 +38,13 @@ from .render import EXIT_REFUSED, emit_json, refuse
 #: The test hook's environment variable (documented in docs/workflow_cli.md as a test hook only).
 STOP_AFTER = "HTTK_WORKFLOW_TEST_STOP_AFTER"
 
+#: Interrupted (SIGINT, Ctrl-C): 128 + the signal's number, as a shell reports it.
+EXIT_INTERRUPTED = 130
+
 EPILOG = (
     "\b\nExit status:\n  0  every transfer finished (or there was nothing to transfer)\n"
-    "  2  refused before anything moved, rolled back, or held (one 'error: ...' line on stderr)"
+    "  2  refused before anything moved, rolled back, or held (one 'error: ...' line on stderr)\n"
+    "  130  interrupted (Ctrl-C): run the same command again, or with --resume, to finish it"
 )
 
 
@@ -119,12 +123,37 @@ def unselected_note(unselected: dict[str, int]) -> str:
             f"add {flags} or --job ID")
 
 
+def placement_note(empty: dict[str, Any] | None, source: str) -> str:
+    """``: no job is at or below placement 'cmap' in SRC (did you mean 'camp'?)``; '' when some job is."""
+    if not empty:
+        return ""
+    nearest = empty.get("nearest")
+    hint = f" (did you mean {nearest!r}?)" if nearest else ""
+    return f": no job is at or below placement {empty['placement']!r} in {source}{hint}"
+
+
+def owned_note(owned: dict[str, int], source: str) -> str:
+    """``; 1 running job stays at SRC (...)`` for the jobs a manager still owns there; '' for none."""
+    if not owned:
+        return ""
+    counts = " and ".join(f"{number} {kind}" for kind, number in owned.items())
+    total = sum(owned.values())
+    return (f"; {counts} job{'' if total == 1 else 's'} stay{'s' if total == 1 else ''} at {source}: a manager owns "
+            f"{'it' if total == 1 else 'them'}; transfer again after {'it stops' if total == 1 else 'they stop'} "
+            f"(see 'httk workflow workspace status {source}')")
+
+
 def summary(report: dict[str, Any]) -> str:
     """The one line that ends a transfer's output."""
+    return _summary(report) + owned_note(report.get("owned") or {}, report["source"])
+
+
+def _summary(report: dict[str, Any]) -> str:
     transfers = report["transfers"]
     where = f"from {report['source']} to {report['destination']}"
     if not transfers:
-        return f"nothing to transfer {where}{unselected_note(report.get('unselected') or {})}"
+        return (f"nothing to transfer {where}{placement_note(report.get('placement'), report['source'])}"
+                f"{unselected_note(report.get('unselected') or {})}")
     # An older remote side reports no "already".
     earlier = [item for item in transfers if item["state"] == "retired" and item.get("already")]
     done = [item for item in transfers if item["state"] == "retired" and not item.get("already")]
@@ -141,7 +170,8 @@ def summary(report: dict[str, Any]) -> str:
             who = "it" if jobs == 1 else "all of them" if resumed == jobs else f"{resumed} of them"
             parts.append(f"{who} finished an interrupted transfer")
     if earlier:
-        jobs = sum(len(item["jobs"]) for item in earlier)
+        # The jobs asked for (an older side reports none): a transfer that carried more moved those too, earlier.
+        jobs = sum(len(item.get("asked") or item["jobs"]) for item in earlier)
         ids = ", ".join(item["transfer_id"] for item in earlier)
         parts.append(f"{_count(jobs, 'job')} already transferred {where} by {ids}; nothing to do")
     if rolled:
@@ -201,6 +231,12 @@ def transfer(
         except TransferError as error:
             progress.end()
             refuse(str(error))
+        except KeyboardInterrupt:
+            # Every step is in the ledgers: what was cut short is finished (or rolled back) by the next run.
+            progress.end()
+            click.echo(f"error: interrupted; jobs it detached stay 'transferring' (no manager claims them) until "
+                       f"'{resume_command(source, destination)}' (or the same command again) finishes it", err=True)
+            click.get_current_context().exit(EXIT_INTERRUPTED)
     finally:
         progress.end()
         if scratch is not None:

@@ -142,7 +142,9 @@ class RemoteSession:
         """``httk ARGS`` there, which must succeed and print one JSON value."""
         result = self.httk(args)
         if result.returncode != 0:
-            raise RemoteError(f"remote {self.remote.name}: {remote_error_line(result)}")
+            line, named = remote_error_line(result), f"remote {self.remote.name}: "
+            # A forwarded httk there names its remote itself (HTTK_WORKFLOW_FORWARDED_AS): not twice.
+            raise RemoteError(line if line.startswith(named) else named + line)
         try:
             return json.loads(result.stdout)
         except json.JSONDecodeError:

@@ -17,7 +17,7 @@ JSON-able values, because the same calls reach a remote workspace's own httk
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import codec
@@ -51,6 +51,17 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def nearest_placement(placement: str, markers: Iterable[Marker]) -> str | None:
+    """The placement prefix of ``markers`` closest in spelling to ``placement`` (``None``: none is close)."""
+    import difflib  # only when a --placement matched nothing
+
+    prefixes = {"/".join(marker.placement.split("/")[:depth]) for marker in markers
+                for depth in range(1, marker.placement.count("/") + 2)}
+    # 0.7: a typo ('cmap' for 'camp', 'si/relx'), not any placement sharing letters.
+    close = difflib.get_close_matches(placement, sorted(prefixes), n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
 class SourceSide(TransferSide):
     """The source workspace of a transfer."""
 
@@ -67,7 +78,9 @@ class SourceSide(TransferSide):
 
         With ``jobs``, exactly those (a job that cannot travel is refused, naming it);
         otherwise every job of ``kinds`` (default: the stopped kinds) below ``placement``
-        that can travel, the rest listed under ``skipped`` with the reason.
+        that can travel, the rest listed under ``skipped`` with the reason; ``unselected``
+        counts by kind the quiescent jobs the default kinds left out, ``owned`` those a
+        manager owns below ``placement`` (they cannot travel until they stop).
         """
         try:
             prefixes = (check_placement(placement),) if placement else ()
@@ -75,7 +88,8 @@ class SourceSide(TransferSide):
         except (ValidationError, ValueError) as error:
             raise TransferError(str(error)) from None
         current = self.store.current_markers()
-        finished: list[str] = []
+        # The retired transfers that took named jobs away already, with the keys of the jobs named.
+        finished: dict[str, set[str]] = {}
         if jobs:
             wanted: dict[str, Marker] = {}
             for selector in jobs:
@@ -86,11 +100,15 @@ class SourceSide(TransferSide):
                     moved = self._transferred(selector)
                     if moved is None:
                         raise TransferError(str(error)) from None
-                    finished.append(moved)
+                    finished.setdefault(moved[0], set()).add(moved[1])
                     continue
                 if prefixes and not placement_matches(marker.placement, prefixes):
                     raise TransferError(f"job {marker.key} is at placement {marker.placement}, not below {placement}; "
                                         "drop --placement or the job")
+                if kinds and marker.kind not in chosen_kinds:
+                    # Narrowing by kind, as by placement: a named job outside it is a contradiction, not a filter.
+                    raise TransferError(f"job {marker.key} is {marker.kind.value}, not of --kind "
+                                        f"{', '.join(kind.value for kind in chosen_kinds)}; drop --kind or the job")
                 wanted[marker.job_id] = marker
         else:
             wanted = {
@@ -102,32 +120,51 @@ class SourceSide(TransferSide):
                    if job["runner"]["source"] == "workspace"}
         # Jobs that could travel but the default kinds left out: the user is told how to include them.
         unselected: dict[str, int] = {}
-        if not jobs and not kinds:
+        # Jobs a manager owns stay behind whatever the kinds: the user is told they are still busy.
+        owned: dict[str, int] = {}
+        if not jobs:
             for marker in current.values():
-                if (marker.kind in TRANSFERABLE_KINDS and marker.kind not in chosen_kinds
-                        and (not prefixes or placement_matches(marker.placement, prefixes))):
+                if prefixes and not placement_matches(marker.placement, prefixes):
+                    continue
+                if marker.kind in OWNED_KINDS:
+                    owned[marker.kind.value] = owned.get(marker.kind.value, 0) + 1
+                elif not kinds and marker.kind in TRANSFERABLE_KINDS and marker.kind not in chosen_kinds:
                     unselected[marker.kind.value] = unselected.get(marker.kind.value, 0) + 1
+        empty = bool(prefixes) and not jobs and not any(placement_matches(marker.placement, prefixes)
+                                                        for marker in current.values())
         return {
             "source": self.identity(),
             "jobs": selected,
-            "finished": sorted(set(finished)),
+            "finished": sorted(finished),
+            # Per finished transfer, the jobs asked for (it may have carried more): what "already" counts.
+            "finished_jobs": {transfer_id: sorted(keys) for transfer_id, keys in sorted(finished.items())},
+            # A --placement no job is at or below (a typo?): said so, with the nearest placement there is.
+            "placement_empty": empty,
+            "nearest_placement": nearest_placement(prefixes[0], current.values()) if empty else None,
             "skipped": skipped,
             "unselected": dict(sorted(unselected.items())),
+            "owned": dict(sorted(owned.items())),
             "runners": [{"name": name, "sha256": sha256} for name, sha256 in sorted(runners)],
         }
 
-    def _transferred(self, selector: str) -> str | None:
-        """The retired transfer that took the job ``selector`` names away from here, if one did."""
+    def _transferred(self, selector: str) -> tuple[str, str] | None:
+        """The retired transfer that last took the job ``selector`` names away from here, and its key, if one did.
+
+        A job that went away, came back and went again has several: only the newest says
+        where it is now (the caller checks that it went where the user is sending it).
+        """
         wanted = selector.strip().lower()
-        found = None
+        found: tuple[float, str, str] | None = None
         for transfer_id, role in iter_ledgers(self.fs, self.layout):
             ledger = self.ledger(transfer_id)
             if role != SOURCE or ledger.state()["step"] != "retired":
                 continue
             for job in (ledger.read_slot(1) or {}).get("jobs", []):
                 if str(job["job_key"]).startswith(wanted) or str(job["job_id"]).startswith(wanted):
-                    found = transfer_id  # the newest ledger sorts last only by chance: any will do
-        return found
+                    created = float(ledger.header().get("created_at") or 0.0)
+                    if found is None or created > found[0]:
+                        found = (created, transfer_id, str(job["job_key"]))
+        return (found[1], found[2]) if found else None
 
     def _check(
         self, wanted: dict[str, Marker], current: dict[str, Marker], *, strict: bool

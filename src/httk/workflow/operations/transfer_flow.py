@@ -22,7 +22,7 @@ from .. import codec
 from ..domain.lifecycle import FINAL_KINDS, StateKind
 from ..ports import Filesystem, Ids, RemoteTransport, TransportError
 from ..store import transfer_bundle as bundles
-from ..store.transfer_ledger import DESTINATION, ROLLED_BACK, SOURCE
+from ..store.transfer_ledger import DESTINATION, ROLLED_BACK, SOURCE, resume_command
 from .remote_staging import launch_argv
 from .transfer import TransferError
 
@@ -138,6 +138,11 @@ class RemoteEndpoint:
             raise TransferError(f"remote {self.remote}: transfer-remote {role} {op} printed no JSON") from None
 
 
+def _names(selector: str, key: str) -> bool:
+    """Whether the job selector ``selector`` (a key, an id, or a prefix of either) names the job ``key``."""
+    return key == selector or key.split("--")[-1].startswith(selector) or key.startswith(selector)
+
+
 # -- the environment check -------------------------------------------------------------------------
 def environment(jobs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any], label: str) -> list[dict[str, Any]]:
     """How each declared setting of each job resolves at the destination, and the warnings.
@@ -208,17 +213,22 @@ class Transfer:
     ) -> dict[str, Any]:
         """Finish the unfinished transfers to this destination, then (unless ``resume_only``) start a new one."""
         report: dict[str, Any] = {"source": self.src.label, "destination": self.dst.label, "transfers": [],
-                                  "skipped": [], "unselected": {}, "environment": [], "warnings": self.warnings}
-        destination = self._probe()
-        if strict and destination is None:
-            raise TransferError(f"{self.warnings[-1]}; --strict-environment needs its settings: nothing moved")
-        for pending in self.src.call(SOURCE, "pending", {}):
+                                  "skipped": [], "unselected": {}, "owned": {}, "placement": None,
+                                  "environment": [], "warnings": self.warnings}
+        destination, unreachable = self._probe()
+        if unreachable is not None:
+            # Spec 000: an unreachable destination gets one immediate warning and is only a strict-mode
+            # failure of the environment check; moving anything there is refused further on.
+            self.warn(f"{self.dst.label} is unreachable ({unreachable}): its environment was not checked")
+            if strict:
+                raise TransferError(f"{self.warnings[-1]}; --strict-environment needs its settings: nothing moved")
+        for pending in self._call_source("pending", {}):
             header = pending["header"].get("destination") or {}
             if destination is not None and header.get("workspace_id") == destination["workspace_id"]:
                 report["transfers"].append(self.advance(pending["transfer_id"], resumed=True))
             elif destination is None and header.get("label") == self.dst.label:
-                report["transfers"].append(self._held(pending["transfer_id"], pending["step"],
-                                                      f"{self.dst.label} is unreachable", True))
+                report["transfers"].append(self._held(pending["transfer_id"], pending["step"], str(unreachable),
+                                                      True))
             else:
                 self.warn(
                     f"transfer {pending['transfer_id']} to {header.get('label')} is unfinished (step "
@@ -228,19 +238,26 @@ class Transfer:
             return report
         # Repeating an interrupted command finishes it: the jobs it named went with the resumed transfer.
         moved = [key for item in report["transfers"] if item["state"] == "retired" for key in item["jobs"]]
-        remaining = [job for job in jobs if not any(key == job or key.split("--")[-1].startswith(job) or
-                                                    key.startswith(job) for key in moved)]
+        remaining = [job for job in jobs if not any(_names(job, key) for key in moved)]
         if jobs and not remaining:
             return report
-        selection = self.src.call(SOURCE, "select", {"jobs": remaining, "placement": placement,
-                                                     "kinds": list(kinds)})
+        selection = self._call_source("select", {"jobs": remaining, "placement": placement, "kinds": list(kinds)})
         report["skipped"] = selection["skipped"]
         # A source of an older version does not count them.
         report["unselected"] = selection.get("unselected") or {}
+        report["owned"] = selection.get("owned") or {}
+        if selection.get("placement_empty"):
+            report["placement"] = {"placement": placement, "nearest": selection.get("nearest_placement")}
         done = {item["transfer_id"] for item in report["transfers"]}
+        asked = selection.get("finished_jobs") or {}  # a source of an older version does not say
         for transfer_id in selection.get("finished") or ():
             if transfer_id not in done:
-                report["transfers"].append(self.advance(transfer_id, resumed=True))
+                if destination is not None:  # an unreachable DST cannot say whether it was this one
+                    self._went_here(transfer_id, remaining, destination)
+                item = self.advance(transfer_id, resumed=True)
+                # "already transferred" counts the jobs asked for, not every job that transfer carried.
+                item["asked"] = list(asked.get(transfer_id) or item["jobs"])
+                report["transfers"].append(item)
         if not selection["jobs"]:
             return report
         if destination is not None and selection["source"]["workspace_id"] == destination["workspace_id"]:
@@ -258,17 +275,54 @@ class Transfer:
             raise TransferError(f"{checked['problems'][0]}; nothing moved")
         transfer_id = f"t-{self.ids.new_hex(12)}"
         target = {"label": self.dst.label, "workspace_id": checked["workspace_id"], "root": checked["root"]}
-        self.src.call(SOURCE, "plan", {"transfer_id": transfer_id, "jobs": selection["jobs"], "destination": target})
+        self._plan(transfer_id, selection["jobs"], target)
         report["transfers"].append(self.advance(transfer_id, resumed=False))
         return report
 
-    def _probe(self) -> dict[str, Any] | None:
-        """The destination's identity and settings; unreachable is one warning and ``None``."""
+    def _probe(self) -> tuple[dict[str, Any] | None, Unreachable | None]:
+        """The destination's identity and settings, or (unreachable) ``None`` and the connection's error."""
         try:
-            return self.dst.call(DESTINATION, "probe", {})
+            return self.dst.call(DESTINATION, "probe", {}), None
         except Unreachable as error:
-            self.warn(f"{self.dst.label} is unreachable ({error}): its environment was not checked")
-            return None
+            return None, error
+
+    def _went_here(self, transfer_id: str, selectors: Sequence[str], destination: Mapping[str, Any]) -> None:
+        """Refuse when the finished transfer that took a named job away went to another workspace than DST.
+
+        Only then is "already transferred" true; a job that left for elsewhere is not here to move.
+        """
+        state = self._call_source("state", {"transfer_id": transfer_id})
+        target = state["header"].get("destination") or {}
+        if target.get("workspace_id") == destination["workspace_id"]:
+            return
+        keys = [key for key in state.get("jobs") or () if any(_names(job, key) for job in selectors)]
+        where = target.get("label") or target.get("root") or "another workspace"
+        raise TransferError(
+            f"job {', '.join(keys) or '(named)'} is not in {self.src.label}: transfer {transfer_id} took it to "
+            f"{where}, not to {self.dst.label}; nothing moved (to move it on: 'httk workflow transfer {where} "
+            f"{self.dst.label} --job {keys[0] if keys else 'JOB'}')")
+
+    def _plan(self, transfer_id: str, jobs: Sequence[Mapping[str, Any]], target: Mapping[str, Any]) -> None:
+        """Record the plan at the source; a source lost meanwhile is a refusal that says what it may have left.
+
+        The plan may have been recorded there before the answer was lost: it detached
+        nothing, but it is an unfinished transfer, and the next transfer from SRC to DST
+        (or ``--resume``) finds it among the pending ones and finishes it, moving its jobs.
+        """
+        try:
+            self.src.call(SOURCE, "plan", {"transfer_id": transfer_id, "jobs": list(jobs), "destination": dict(target)})
+        except Unreachable as error:
+            raise TransferError(
+                f"{error}; no job moved, but transfer {transfer_id} ({len(jobs)} job{'' if len(jobs) == 1 else 's'}) "
+                f"may be recorded at {self.src.label} as planned: '{resume_command(self.src.label, self.dst.label)}' "
+                "(or the next transfer between them) finishes it and moves them") from None
+
+    def _call_source(self, op: str, request: Mapping[str, Any]) -> Any:
+        """A source call made before any plan was sent: an unreachable source is a refusal, nothing moved."""
+        try:
+            return self.src.call(SOURCE, op, request)
+        except Unreachable as error:
+            raise TransferError(f"{error}; nothing moved") from None
 
     def _call_destination(self, op: str, request: Mapping[str, Any]) -> Any:
         try:

@@ -6,6 +6,9 @@ script on stdin and prints the background shell's pid, which the script then
 ``status`` looks the pids up in ``/proc`` (``kill -0`` where there is no
 procfs); an exited manager's exit status is not kept, so a finished job is
 ``EXITED`` with ``succeeded`` unknown: the workspace says how its jobs ended.
+The jobs a workdir records are read off the script copies ``local-PID.START.sh``
+(:meth:`LocalBatchSystem.job_ids_in`), so a status without ``--job`` keeps the
+start time too.
 The fixed ``sh -c`` programs below take their variable parts as positional
 parameters, never by interpolation. Spec: 000 "Running on a remote".
 """
@@ -13,7 +16,7 @@ parameters, never by interpolation. Spec: 000 "Running on a remote".
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ...ports import BatchJobStatus, BatchSystemError, CommandResult
 from .base import CommandLineBatchSystem
@@ -57,6 +60,8 @@ class LocalBatchSystem(CommandLineBatchSystem):
     forgotten = BatchJobStatus("UNKNOWN", finished=False)
     # local-PID.out (script_body): the pid alone, which the probe accepts without the start time.
     output_pattern = re.compile(r"local-([1-9][0-9]*)\.out")
+    # local-PID.START.sh, the copy of the script 'run' keeps (forwarding.script_name): the whole job id.
+    script_pattern = re.compile(r"local-([1-9][0-9]*)(\.[0-9]+)?\.sh")
 
     def script_body(self, command: str) -> list[str]:
         """Output to ``local-PID.out`` in the workdir, then the manager in place of this shell."""
@@ -83,6 +88,29 @@ class LocalBatchSystem(CommandLineBatchSystem):
 
     def cancel_argv(self, job_ids: Sequence[str]) -> list[str]:
         return ["sh", "-c", _CANCEL, "httk-local-batch", *job_ids]
+
+    def job_ids_in(self, names: Iterable[str]) -> list[str]:
+        """The ids ``PID.START`` the workdir's script copies carry; a bare ``PID`` only for output without one (pure).
+
+        The output file ``local-PID.out`` names the pid alone, and a pid is reused: a
+        bare pid probes whatever process has it now. The script copy beside it,
+        ``local-PID.START.sh``, carries the start time, so the probe tells a reused pid
+        from the manager. Only an output whose pid no script copy names (the copy could
+        not be written, or a host without procfs, whose ids have no start) stays bare.
+        """
+        listed = list(names)
+        ids: set[str] = set()
+        timed: set[str] = set()
+        for name in listed:
+            if match := self.script_pattern.fullmatch(name):
+                ids.add(match.group(1) + (match.group(2) or ""))
+                if match.group(2):
+                    timed.add(match.group(1))
+        ids -= timed  # a bare pid that a timed id of the same pid names is that id
+        for name in listed:
+            if (match := self.output_pattern.fullmatch(name)) and match.group(1) not in timed:
+                ids.add(match.group(1))
+        return sorted(ids, key=lambda job_id: [int(part) for part in job_id.split(".")])
 
 
 
