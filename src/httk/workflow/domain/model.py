@@ -98,6 +98,12 @@ def check_placement(placement: str) -> str:
             raise ValidationError(f"invalid placement {placement!r}: {part!r} is reserved for the control tree")
         if "\x00" in part or "\n" in part:
             raise ValidationError(f"invalid placement {placement!r}: control characters are not allowed")
+    if not placement.isascii():
+        try:
+            placement.encode("utf-8")  # a byte that is not UTF-8 arrives as a lone surrogate
+        except UnicodeEncodeError:
+            raise ValidationError(f"invalid placement {placement!r}: it is not UTF-8, so no frame can record it; "
+                                  "choose a UTF-8 placement") from None
     return "/".join(parts)
 
 

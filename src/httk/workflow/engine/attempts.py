@@ -37,6 +37,9 @@ from ..store.runners import RunnerUnavailable, digest_mismatch, resolve_runner
 
 log = logging.getLogger("httk.workflow.manager")
 
+#: The launch failure of a job whose payload holds a file no copy opens (a FIFO, socket or device).
+PAYLOAD_UNREADABLE = "payload_unreadable"
+
 
 class LaunchRefused(Exception):
     """The attempt cannot start; ``failure`` is the canonical failure to record."""
@@ -104,6 +107,39 @@ def command_for(entry: str, python: str) -> tuple[str, ...]:
     return (entry,)
 
 
+def copy_job_files(fs: Filesystem, source: str, destination: str, code: str, what: str) -> None:
+    """``copy_tree`` of one job's own files; one that no copy opens is that job's launch failure ``code``.
+
+    A FIFO, socket or device in a payload or a runner directory (put there after submission,
+    whose copy refuses them too) is refused by the copy unread: without this it would surface as
+    an unexpected error of the claim, and the job would be refused and left claimed at every pass.
+    The tree is searched for the culprit only after a copy failed, so a good copy costs nothing more.
+    """
+    try:
+        fs.copy_tree(source, destination, durable=False, staged=True)
+    except OSError:
+        special = special_file(fs, source)
+        if special is None:
+            raise  # not the job's files: the workspace's own fault (a full disk, say), as before
+        raise LaunchRefused(Failure(code, f"{what}: {special} is not a regular file, directory or symlink")) from None
+
+
+def special_file(fs: Filesystem, path: str) -> str | None:
+    """The first name at or below ``path`` that is a FIFO, socket or device (never opened); ``None`` if none."""
+    info = fs.lstat(path)
+    if info is None or info.is_file or info.is_symlink:
+        return None
+    if not info.is_dir:
+        return path
+    for entry in sorted(fs.scandir(path), key=lambda item: item.name):
+        if entry.is_symlink or entry.is_file:
+            continue
+        found = special_file(fs, entry.path) if entry.is_dir else entry.path
+        if found is not None:
+            return found
+    return None
+
+
 def seed_workdir(fs: Filesystem, payload: str, workdir: str, staging: str, *, durable: bool) -> None:
     """Create ``workdir`` as a copy of the payload without job.json and .httk-job/ (all or nothing)."""
     if fs.exists(workdir):
@@ -113,7 +149,12 @@ def seed_workdir(fs: Filesystem, payload: str, workdir: str, staging: str, *, du
     for entry in fs.scandir(payload):
         if entry.name in (JOB_FILE, PRIVATE_DIR):
             continue
-        fs.copy_tree(entry.path, f"{staging}/{entry.name}", durable=False, staged=True)
+        try:
+            copy_job_files(fs, entry.path, f"{staging}/{entry.name}", PAYLOAD_UNREADABLE,
+                           "the payload cannot be copied into the workdir")
+        except LaunchRefused:
+            fs.rmtree(staging)
+            raise
     if durable:
         fs.sync_tree(staging)
     try:
@@ -175,7 +216,8 @@ def prepare_attempt(
         raise LaunchRefused(refused.failure) from None
     copy = f"{control}/runner/{posixpath.basename(runner_source)}"
     # Staged: nothing reads the copy before this manager has verified it below.
-    fs.copy_tree(runner_source, copy, durable=False, staged=True)
+    copy_job_files(fs, runner_source, copy, "runner_unavailable",
+                   f"{spec.runner_source} runner {spec.runner_path!r} cannot be copied")
     mismatch = digest_mismatch(fs, copy, spec)
     if mismatch is not None:
         raise LaunchRefused(mismatch)

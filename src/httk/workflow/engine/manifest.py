@@ -59,8 +59,10 @@ def read_manifest(fs: Filesystem, layout: Layout, manager_id: str) -> ManagerMan
     """The manifest of ``manager_id``; ``None`` when it is missing or unreadable."""
     path = f"{layout.managers}/{manager_id}/manager.json"
     try:
-        return codec.read(fs.read_bytes(path), ManagerManifest, path)
-    except (FileNotFoundError, codec.DocumentError):
+        # read_document: a directory, FIFO or symlink in a manager's directory is that one
+        # manager's damage (an unreadable manifest), never a reader that blocks or fails.
+        return codec.read(fs.read_document(path), ManagerManifest, path)
+    except (OSError, codec.DocumentError):
         return None
 
 
@@ -68,8 +70,8 @@ def read_beat(fs: Filesystem, layout: Layout, manager_id: str) -> Heartbeat | No
     """The last heartbeat of ``manager_id``; ``None`` when it never beat or the file is unreadable."""
     path = f"{layout.managers}/{manager_id}/heartbeat.json"
     try:
-        return codec.read(fs.read_bytes(path), Heartbeat, path)
-    except (FileNotFoundError, codec.DocumentError):
+        return codec.read(fs.read_document(path), Heartbeat, path)
+    except (OSError, codec.DocumentError):
         return None
 
 

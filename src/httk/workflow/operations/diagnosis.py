@@ -28,7 +28,7 @@ from ..engine.manifest import read_beat, read_heartbeat, read_manifest
 from ..engine.recovery import TakeoverSettings, observe
 from ..engine.waiting import child_kinds, join_decision
 from ..languages.realization import HTTK_V1, LANGUAGE, LANGUAGES, missing_modules, realization_of
-from ..ports import ProcessControl
+from ..ports import ProcessControl, unreadable
 from ..store.markers import Marker
 from ..store.store import UNRESOLVABLE_CHILD, JobDamage, current_kinds
 from ..store.transfer_ledger import SOURCE, Ledger, LedgerError, resume_command
@@ -343,9 +343,15 @@ def _last_error(handle: WorkspaceHandle, marker: Marker) -> str | None:
     attempts = sorted(entry.path for entry in handle.fs.scandir(handle.layout.job_attempts(marker.job_id)))
     if not attempts:
         return None
+    path = f"{attempts[-1]}/error.json"
     try:
-        error = codec.read(handle.fs.read_bytes(f"{attempts[-1]}/error.json"), RunnerErrorDocument, "error.json")
-    except (FileNotFoundError, codec.DocumentError):
+        # A runner wrote it: read it the one safe way (a FIFO there must not block 'job why').
+        error = codec.read(handle.fs.read_document(path), RunnerErrorDocument, "error.json")
+    except FileNotFoundError:
+        return None
+    except OSError as problem:
+        return unreadable(path, problem)
+    except codec.DocumentError:
         return None
     where = f" at {error.file}:{error.line}" if error.file else ""
     return f"{error.summary}{where}"

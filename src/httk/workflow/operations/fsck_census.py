@@ -35,7 +35,7 @@ from ..protocol import JOB_FILE
 from ..store.job_ids import JobIdTaken, read_reservation, reservation_of, reservation_temps, reserve_job_id
 from ..store.journal import JournalReader, RecordRef
 from ..store.layout import Layout
-from ..store.markers import Marker, MarkerNameError
+from ..store.markers import Marker, MarkerNameError, shown
 from ..store.store import JobDamage
 
 #: A number written another way than the store writes it: a sign, or leading zeros.
@@ -60,7 +60,8 @@ class Problem:
     action: str = "reported"
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        # A name that is not UTF-8 is reported as \xNN: the report itself must print and encode.
+        return {name: shown(value) if isinstance(value, str) else value for name, value in attrs.asdict(self).items()}
 
 
 def done(problem: Problem, action: str, detail: str) -> Problem:

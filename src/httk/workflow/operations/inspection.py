@@ -23,7 +23,7 @@ from ..protocol import JOB_FILE, JobSpec, RunLog
 from ..store.discovery import walk_names
 from ..store.job_ids import submitted_at
 from ..store.journal import FrameDamage
-from ..store.markers import INIT_REF, Marker, newest_per_job
+from ..store.markers import INIT_REF, Marker, newest_per_job, shown
 from ..store.store import UNRESOLVABLE_CHILD, JobDamage, Store, current_kinds
 from ..store.transfer_ledger import resume_command, unfinished_sources
 from ..store.workspaces import WorkspaceHandle
@@ -45,16 +45,22 @@ class SelectorError(ValueError):
 
 
 # -- selection ---------------------------------------------------------------------------------
-def _candidates(store: Store, wanted: str) -> list[Marker]:
+def _candidates(store: Store, wanted: str, damaged: list[str] | None = None) -> list[Marker]:
     """Every marker whose name contains ``wanted``: all the markers of every job a selector can name.
 
     A job id and a key are parts of the marker name, so a name without ``wanted`` in it
-    cannot match; only the names that hold it are parsed.
+    cannot match; only the names that hold it are parsed. The state-tree names holding
+    ``wanted`` that are no marker are appended to ``damaged`` (as the walk reports them).
     """
+
+    def note(_code: str, path: str, message: str) -> None:
+        if damaged is not None and wanted in path.rsplit("/", 1)[-1]:
+            damaged.append(f"{shown(path)} ({message})")
+
     return [
         Marker.parse(kind, placement, name)
         for kind in StateKind
-        for placement, name in walk_names(store.fs, store.layout, kind)
+        for placement, name in walk_names(store.fs, store.layout, kind, on_damage=note)
         if wanted in name
     ]
 
@@ -73,8 +79,10 @@ def resolve_job(handle: WorkspaceHandle, selector: str) -> Marker:
     if not wanted:
         raise SelectorError("empty job selector: give a job uuid, a tag--uuid key, or a unique prefix")
     store = handle.store
+    damaged: list[str] = []
     for _ in range(_RESOLVE_SCANS):
-        jobs = newest_per_job(_candidates(store, wanted))
+        damaged.clear()
+        jobs = newest_per_job(_candidates(store, wanted, damaged))
         exact = [m for m in jobs.values() if wanted in (m.job_id, str(m.key))]
         if exact:
             # A job id is unique and a key names exactly one id, so an exact match is one job.
@@ -94,6 +102,12 @@ def resolve_job(handle: WorkspaceHandle, selector: str) -> Marker:
                 "give more of the uuid or the key",
                 prefixed,
             )
+    if damaged:
+        # The job may exist under a damaged marker name: say so rather than that it does not exist.
+        raise SelectorError(
+            f"no job matches selector {wanted!r} in workspace {handle.root}, but a damaged marker name holds it: "
+            f"{damaged[0]} (unparseable_name); run 'httk workflow workspace fsck {handle.root}'"
+        )
     raise SelectorError(f"no job matches selector {wanted!r} in workspace {handle.root}")
 
 
@@ -120,7 +134,7 @@ def status(handle: WorkspaceHandle, *, check_limit: int = STATUS_CHECK_LIMIT) ->
     damage: list[dict[str, Any]] = []
 
     def note(code: str, path: str, message: str, job: str | None = None) -> None:
-        damage.append({"code": code, "path": path, "message": message, "job": job})
+        damage.append({"code": code, "path": shown(path), "message": shown(message), "job": job})
 
     counts = {kind.value: 0 for kind in StateKind}
     checked = unchecked = 0

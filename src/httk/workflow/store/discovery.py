@@ -21,7 +21,7 @@ from ..domain.lifecycle import StateKind
 from ..domain.placement import may_contain_matches, placement_matches
 from ..ports import Filesystem
 from .layout import Layout
-from .markers import Marker, MarkerNameError
+from .markers import UNDECODABLE_PLACEMENT, Marker, MarkerNameError, undecodable
 
 HEARTBEAT_EVERY = 512
 #: The marker names the store writes: a tag of ``[a-z0-9._-]`` (checked for ``--`` apart), a lowercase
@@ -226,7 +226,10 @@ def _walk_names(fs: Filesystem, kind: StateKind, directory: str, placement: str,
     for name, is_dir in _listing(fs, directory, ordered=ordered):
         if is_dir:
             child = f"{placement}/{name}" if placement else name
-            if may_contain_matches(child, prefixes):
+            if undecodable(name):
+                if on_damage is not None and (not prefixes or may_contain_matches(child, prefixes)):
+                    on_damage("unparseable_name", f"{directory}/{name}", UNDECODABLE_PLACEMENT)
+            elif may_contain_matches(child, prefixes):
                 yield from _walk_names(fs, kind, f"{directory}/{name}", child, on_damage, prefixes, ordered)
         elif prefixes and not placement_matches(placement, prefixes):
             continue  # outside what the caller serves, damage included

@@ -33,6 +33,34 @@ def to_base36(value: int) -> str:
     return "".join(reversed(out))
 
 
+def shown(text: str) -> str:
+    """``text`` as it can be printed and written into JSON: each byte of a file name that is not UTF-8 as ``\\xNN``.
+
+    The OS hands such a byte over as a lone surrogate, which no UTF-8 output or
+    document can carry: a damage report naming the file would fail instead of reporting it.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
+def undecodable(name: str) -> bool:
+    """Whether a file name holds a byte that is not UTF-8 (no frame or document can record it)."""
+    if name.isascii():
+        return False  # nearly every name: no encoding attempted
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+#: The damage message of a placement directory whose name is not UTF-8 (the walk does not enter it).
+UNDECODABLE_PLACEMENT = "a placement directory whose name is not UTF-8: no frame can record a job there"
+
+
 class MarkerNameError(ValueError):
     """A file in the state tree whose name is not a marker (damage code ``unparseable_name``)."""
 
@@ -62,8 +90,9 @@ class Marker:
     @classmethod
     def parse(cls, kind: StateKind | str, placement: str, name: str) -> Marker:
         parts = name.rsplit(".", 3)
-        if len(parts) != 4:
-            raise MarkerNameError(f"unparseable marker name {name!r}")
+        # The store writes ASCII names only; anything else (a byte that is not UTF-8, say) is no marker.
+        if len(parts) != 4 or not name.isascii():
+            raise MarkerNameError(f"unparseable marker name {name[:200]!r}")
         key_text, priority_text, generation_text, ref = parts
         try:
             if not priority_text.startswith("p") or not generation_text.startswith("g"):

@@ -25,7 +25,7 @@ from ..ports import Clock, Filesystem, unreadable
 from ..protocol import JOB_FILE, JobSpec, parse_job_bytes
 from .journal import FrameDamage, JournalReader, JournalWriter
 from .layout import Layout
-from .markers import INIT_REF, Marker, MarkerNameError, newest_per_job
+from .markers import INIT_REF, UNDECODABLE_PLACEMENT, Marker, MarkerNameError, newest_per_job, undecodable
 
 
 class LostRace(Exception):
@@ -279,7 +279,10 @@ class Store:
         for entry in entries:
             if entry.is_dir:
                 child = f"{placement}/{entry.name}" if placement else entry.name
-                yield from self._walk(kind, entry.path, child, prefixes, on_damage)
+                if not undecodable(entry.name):
+                    yield from self._walk(kind, entry.path, child, prefixes, on_damage)
+                elif on_damage is not None:
+                    on_damage("unparseable_name", entry.path, UNDECODABLE_PLACEMENT)
             elif placement and (not prefixes or placement_matches(placement, prefixes)):
                 try:
                     yield Marker.parse(kind, placement, entry.name)
