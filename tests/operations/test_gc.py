@@ -63,3 +63,24 @@ def test_empty_placement_mirrors_are_pruned(handle):
     GarbageCollector(handle).run()
     assert not handle.fs.exists(submitted_mirror)
     assert handle.fs.exists(f"{handle.layout.kind_dir(StateKind.READY)}/deep/er/place")
+
+
+def test_scratch_a_dead_command_left_goes_once_nothing_below_it_was_written_for_scratch_days(handle, ports):
+    """tmp/ holds what a submission, a workdir seed or a conversion writes before renaming it away:
+    what a crash left there is collected under retention.scratch_days, never what is still being written."""
+    fs, tmp = handle.fs, handle.layout.tmp
+    fs.write_atomic(f"{tmp}/submit-dead/job.json", b"{}", durable=False)
+    fs.write_atomic(f"{tmp}/seed-busy/deep/old", b"x", durable=False)
+    fs.write_atomic(f"{tmp}/.describe-dead.tmp.0", b"x", durable=False)
+    marker = job_in(handle, [Event.REGISTER])
+    ports.clock.advance(2 * DAY)
+    fs.write_atomic(f"{tmp}/seed-busy/deep/new", b"x", durable=False)  # a copy still under way
+    assert GarbageCollector(handle).run()["removed"] == []  # a limit left unset means keep
+    handle.set_policy("retention.scratch_days", 1)
+    dry = GarbageCollector(handle, dry_run=True).run()
+    gone = sorted([f"{tmp}/submit-dead", f"{tmp}/.describe-dead.tmp.0"])
+    assert sorted(item["path"] for item in dry["removed"]) == gone
+    assert {item["category"] for item in dry["removed"]} == {"scratch"} and fs.exists(f"{tmp}/submit-dead")
+    GarbageCollector(handle).run()
+    assert sorted(entry.name for entry in fs.scandir(tmp)) == ["seed-busy"]
+    assert handle.store.read_job(marker).spec is not None  # the job itself is untouched

@@ -5,8 +5,9 @@ control directories are collected only for terminal jobs; journal segments only
 when no marker references them and their writer's manager is not heartbeating;
 transfer ledgers (with the acknowledged bundle a source keeps) only once settled;
 a manager's directory only once it is provably not live (:meth:`GarbageCollector._gone`);
-and pruning an empty placement directory that a transition is recreating is an
-ordinary outcome, not an error. Empty placement mirrors are pruned on every run,
+what an interrupted command left in ``.httk-workflow/tmp/`` only once nothing at or below
+it was written for ``scratch_days``; and pruning an empty placement directory that a
+transition is recreating is an ordinary outcome, not an error. Empty placement mirrors are pruned on every run,
 limits or none, and reported apart (``pruned``) from what a limit collected
 (``removed``). Spec: 000 "Freeing disk on a quota'd filesystem".
 """
@@ -65,6 +66,8 @@ class GarbageCollector:
             self._transfers(float(self.retention["transfer_days"]) * DAY)
         if "manager_days" in self.retention:
             self._managers(float(self.retention["manager_days"]) * DAY)
+        if "scratch_days" in self.retention:
+            self._scratch(float(self.retention["scratch_days"]) * DAY)
         self._empty_placements()
         return {
             "workspace": self.layout.root,
@@ -213,12 +216,32 @@ class GarbageCollector:
         self.left.append({"category": "manager", "path": entry.path, "reason": reason})
         return False
 
-    def _written_since(self, directory: str, since: float) -> bool:
-        """Whether a file below ``directory`` was modified after ``since`` (directories' own times
-        are left out: removing their entries is what changed them)."""
+    def _scratch(self, age: float) -> None:
+        """What a command cut short left in ``.httk-workflow/tmp/``, untouched for ``age``.
+
+        Every entry there (a submission's staged copy, a workdir being seeded, a conversion's
+        or a workflow description's scratch) is renamed away or removed by the command that
+        made it once it finishes; one in which nothing was written for ``age`` is a dead
+        command's. Nothing below ``tmp/`` is a job, a payload or a marker.
+        """
+        cutoff = self.now - age
+        for entry in self.fs.scandir(self.layout.tmp):
+            if self._older(entry.path, age) and not (
+                    entry.is_dir and self._written_since(entry.path, cutoff, directories=True)):
+                self._remove("scratch", entry.path)
+
+    def _written_since(self, directory: str, since: float, *, directories: bool = False) -> bool:
+        """Whether a file below ``directory`` was modified after ``since``.
+
+        Directories' own times are left out unless ``directories``: where gc removes entries
+        below a directory, that removal is what changed them.
+        """
         for entry in self.fs.scandir(directory):
             if entry.is_dir:
-                if self._written_since(entry.path, since):
+                info = self.fs.lstat(entry.path) if directories else None
+                if info is not None and info.mtime > since:
+                    return True
+                if self._written_since(entry.path, since, directories=directories):
                     return True
                 continue
             info = self.fs.lstat(entry.path)

@@ -24,7 +24,8 @@ DEFAULT_POLICY: dict[str, Any] = {
     "journal_segment_bytes": 67108864,
     "retention": {},
 }
-RETENTION_KEYS = ("attempt_control_days", "journal_days", "trash_days", "transfer_days", "manager_days")
+RETENTION_KEYS = ("attempt_control_days", "journal_days", "trash_days", "transfer_days", "manager_days",
+                  "scratch_days")
 SETTING_NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*(\.[a-z0-9_][a-z0-9_-]*)*$")
 
 
