@@ -20,8 +20,40 @@ meanwhile).
 
 from __future__ import annotations
 
+import codecs
 import gc
+import io
+import sys
 from types import ModuleType
+
+#: The error handler of the console scripts' output streams (:func:`_printable_output`).
+ESCAPES = "httk-workflow-escapes"
+
+
+def _escape(error: UnicodeError) -> tuple[str, int]:
+    """What a stream cannot encode, as escapes: an undecodable byte of a file name as ``\\xNN``, else ``\\uNNNN``."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start : error.end]
+    escaped = "".join(
+        f"\\x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF
+        else char.encode("ascii", "backslashreplace").decode("ascii")
+        for char in text
+    )
+    return escaped, error.end
+
+
+def _printable_output() -> None:
+    """Print what the output's encoding cannot spell as escapes (a byte 0xff as ``\\xff``), never a traceback.
+
+    A file name that is not UTF-8 reaches Python as lone surrogates, which a strict UTF-8
+    stream refuses: a workspace path or a payload name would then end a command half-way.
+    Process-wide, like the freeze: set for the console script's own streams only.
+    """
+    codecs.register_error(ESCAPES, _escape)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors=ESCAPES)
 
 
 def load_commands() -> ModuleType:
@@ -39,9 +71,11 @@ def load_commands() -> ModuleType:
 
 def httk() -> None:
     """``httk``: the canonical command tree."""
+    _printable_output()
     load_commands().httk()
 
 
 def taskmanager() -> None:
     """``httk-taskmanager``: the alias tree."""
+    _printable_output()
     load_commands().taskmanager()

@@ -21,6 +21,7 @@ from ..domain.model import ValidationError, check_tag
 from ..ports import BatchSystemError, Clock, Filesystem, Ids, UnreadableDocument, unreadable
 from . import policy as policy_rules
 from .layout import Layout
+from .markers import shown, undecodable
 from .store import Store, StoreConfig
 
 REQUEST_DIRS = ("tmp", "ready", "claimed", "applied", "retired", "quarantine")
@@ -206,6 +207,10 @@ class WorkspaceService:
         layout = Layout.at(path)
         if fs.exists(layout.format_file):
             return self.open(path, remote=remote)
+        if undecodable(layout.root):
+            # The registry, a transfer's ledgers and every report record the root: none can hold such a byte.
+            raise WorkspaceError(f"{shown(layout.root)}: the path is not UTF-8, which no workspace document can "
+                                 "record; choose a path whose names are UTF-8")
         info = fs.lstat(layout.root)
         if info is not None and not info.is_dir:
             raise WorkspaceError(f"{layout.root}: exists and is not a directory; choose another path")
