@@ -407,14 +407,18 @@ def test_copy_tree_of_a_file_and_refusal(env, staged):
     assert names(fs, root) == ["f", "g"]
 
 
+@pytest.mark.parametrize("source", ["tree", "file", "fifo", "missing"])
 @pytest.mark.parametrize("staged", [False, True])
-def test_copy_tree_never_touches_an_existing_destination(env, staged):
-    """A tree in the way is refused and left whole: the refused copy removes only what it made."""
+def test_copy_tree_never_touches_an_existing_destination(env, staged, source):
+    """A tree in the way is refused and left whole, whatever the source (one that fails before the copy
+    creates anything, a FIFO or a name gone, included): the refused copy removes only what it made."""
     fs, root = env
-    fs.write_atomic(f"{root}/src/a.txt", b"new", durable=False)
+    fs.write_atomic(f"{root}/tree/a.txt", b"new", durable=False)
+    fs.write_atomic(f"{root}/file", b"new", durable=False)
+    make_fifo(fs, f"{root}/fifo")
     fs.write_atomic(f"{root}/dest/a.txt", b"old", durable=False)
-    with pytest.raises(FileExistsError):
-        fs.copy_tree(f"{root}/src", f"{root}/dest", durable=False, staged=staged)
+    with pytest.raises(OSError):
+        fs.copy_tree(f"{root}/{source}", f"{root}/dest", durable=False, staged=staged)
     assert names(fs, f"{root}/dest") == ["a.txt"]
     assert fs.read_bytes(f"{root}/dest/a.txt") == b"old"
 

@@ -9,6 +9,7 @@ its first write.
 from __future__ import annotations
 
 import errno
+import posixpath
 import re
 
 import pytest
@@ -424,3 +425,31 @@ def test_a_rollback_that_fails_keeps_the_original_error_and_names_what_it_left()
     # What could be taken back was: the id reservations are released.
     assert all(read_reservation(fs, handle.layout, job_id) is None for job_id in (
         "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"))
+
+
+def test_two_writers_reserving_one_id_never_share_a_temp():
+    """Two runs of one children commit reserve the same ids: each writes its own temp (named by its journal
+    writer), so neither removes, nor renames into place, the other's half-written temp."""
+    from httk.workflow.store.job_ids import Reservation, read_reservation, reserve_job_ids
+
+    fs, handle, _payloads = workspace_with(0, durable=True)
+    wanted = Reservation("00000000-0000-4000-8000-000000000001", "camp--x", "camp/a")
+    bucket = posixpath.dirname(handle.layout.id_reservation(wanted.job_id))
+    fs.makedirs(bucket)
+    fs.write_staged(f"{bucket}/.{wanted.job_id}.bulk.other", b"", durable=False)  # the other writer, mid-write
+    reserve_job_ids(fs, handle.layout, [wanted], durable=True, writer="mine")
+    assert read_reservation(fs, handle.layout, wanted.job_id) == wanted
+    assert fs.read_bytes(f"{bucket}/.{wanted.job_id}.bulk.other") == b""  # left to its writer
+    assert not fs.exists(f"{bucket}/.{wanted.job_id}.bulk.mine")
+
+
+def test_two_submissions_of_one_chosen_id_stage_under_names_of_their_own():
+    """A replay of a chosen job id passes the id checks by design: its staged copy must not be the other's,
+    which it would otherwise empty (rmtree) or fill while that one is still copying."""
+    from httk.workflow.operations.submission import plan_submission
+
+    _fs, handle, payloads = workspace_with(1)
+    first, second = (plan_submission(handle, payloads[0], "camp/a", job_id="00000000-0000-4000-8000-0000000000aa")
+                     for _ in range(2))
+    assert first.key == second.key and first.staging != second.staging
+    assert first.staging.startswith(f"{handle.layout.tmp}/submit-{first.key.job_id}-")

@@ -164,10 +164,14 @@ def _is_optional(kind: Any) -> bool:
 def _optional(made: Any, kind: Any) -> Callable[[Any, Any], Any]:
     """The structure function of ``X | None``: ``None``, or ``X``'s hook, found once."""
     inner_kind = next(argument for argument in typing.get_args(kind) if argument is not type(None))
-    inner = made.get_structure_hook(inner_kind)
+    found: list[Callable[[Any, Any], Any]] = []
 
     def structure(value: Any, _kind: Any) -> Any:
-        return None if value is None else inner(value, inner_kind)
+        if value is None:
+            return None
+        if not found:  # on the first value: a member no document gives a value needs no hook
+            found.append(made.get_structure_hook(inner_kind))
+        return found[0](value, inner_kind)
 
     return structure
 

@@ -363,7 +363,10 @@ class PosixFilesystem:
             if replace:
                 os.rename(temp, path)
             else:
-                self._rename_noreplace(temp, path)
+                try:
+                    self._rename_noreplace(temp, path)
+                except FileExistsError:
+                    raise _os_error(errno.EEXIST, path) from None  # the name the caller gave, not the temp
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
@@ -574,20 +577,17 @@ class PosixFilesystem:
     def _copy_staged(self, source: str, destination: str, info: os.stat_result, *, durable: bool) -> None:
         """:func:`.tree_copy.copy_entry` straight to ``destination``; what it made is removed if it fails.
 
-        The copy's first creation (of ``destination`` itself) refuses an existing name, which
-        is then left alone: it is not this copy's.
+        Only what this copy created is removed: a copy that fails before its first creation
+        (an existing name refused, a source gone or unreadable) leaves ``destination`` as it was.
         """
+        made: list[str] = []
         try:
-            copy_entry(source, destination, info)
+            copy_entry(source, destination, info, made)
             if durable:
                 self.sync_tree(destination)
-        except FileExistsError as error:
-            if destination in (error.filename, error.filename2):
-                raise
-            self._remove_partial(destination, error)
-            raise
         except BaseException as error:
-            self._remove_partial(destination, error)
+            if made:
+                self._remove_partial(destination, error)
             raise
 
     def _remove_partial(self, path: str, error: BaseException) -> None:

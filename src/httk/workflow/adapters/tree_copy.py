@@ -36,26 +36,33 @@ _BLOCK = 1 << 23
 _XATTR_SKIPPED = (errno.EPERM, errno.ENOTSUP, errno.ENODATA, errno.EINVAL, errno.EACCES)
 
 
-def copy_entry(source: str, target: str, info: os.stat_result) -> None:
-    """Copy the file, link or tree ``source`` (whose ``lstat`` is ``info``) to the new name ``target``."""
+def copy_entry(source: str, target: str, info: os.stat_result, made: list[str] | None = None) -> None:
+    """Copy the file, link or tree ``source`` (whose ``lstat`` is ``info``) to the new name ``target``.
+
+    ``target`` is appended to ``made`` once this copy has created it: a copy that fails
+    before then (a source that vanished, a FIFO, a name already taken) made nothing there.
+    """
     if stat.S_ISDIR(info.st_mode):
         modes: list[tuple[str, int]] = []
-        _copy_dir(source, target, info, modes)
+        _copy_dir(source, target, info, modes, made)
         # Children before parents (the order they were finished in): a parent made read-only
         # or untraversable first would refuse the chmod of what is below it.
         for path, mode in modes:
             os.chmod(path, mode)
     elif stat.S_ISLNK(info.st_mode):
-        _copy_link(source, target, info)
+        _copy_link(source, target, info, made)
     elif stat.S_ISREG(info.st_mode):
-        _copy_file(source, target)
+        _copy_file(source, target, made)
     else:
         raise _special(source, info.st_mode)
 
 
-def _copy_dir(source: str, target: str, info: os.stat_result, modes: list[tuple[str, int]]) -> None:
+def _copy_dir(source: str, target: str, info: os.stat_result, modes: list[tuple[str, int]],
+              made: list[str] | None = None) -> None:
     """Copy the tree ``source`` to ``target``; its directories' modes are appended to ``modes``, deepest first."""
     os.mkdir(target, 0o700)  # private while the copy fills; the caller sets the source's mode at the end
+    if made is not None:
+        made.append(target)
     with os.scandir(source) as entries:
         for entry in entries:
             into = f"{target}/{entry.name}"
@@ -74,19 +81,23 @@ def _copy_dir(source: str, target: str, info: os.stat_result, modes: list[tuple[
     modes.append((target, stat.S_IMODE(info.st_mode)))
 
 
-def _copy_link(source: str, target: str, info: os.stat_result) -> None:
+def _copy_link(source: str, target: str, info: os.stat_result, made: list[str] | None = None) -> None:
     os.symlink(os.readlink(source), target)
+    if made is not None:
+        made.append(target)
     os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns), follow_symlinks=False)
     _copy_xattrs(source, target, follow=False)
 
 
-def _copy_file(source: str, target: str) -> None:
+def _copy_file(source: str, target: str, made: list[str] | None = None) -> None:
     src = os.open(source, _READ)
     try:
         info = os.fstat(src)
         if not stat.S_ISREG(info.st_mode):
             raise _special(source, info.st_mode)
         dst = os.open(target, _CREATE, 0o600)
+        if made is not None:
+            made.append(target)
         try:
             _copy_bytes(src, dst, info.st_size)
             os.utime(dst, ns=(info.st_atime_ns, info.st_mtime_ns))

@@ -136,7 +136,7 @@ class ChildPlan:
                 _make_dirs(fs, [posixpath.dirname(layout.id_reservation(item.job_id)) for item in fresh],
                            durable=durable)
                 try:
-                    reserve_job_ids(fs, layout, fresh, durable=durable)
+                    reserve_job_ids(fs, layout, fresh, durable=durable, writer=self.store.writer.writer_id)
                 except (JobIdTaken, OSError):
                     # A concurrent run of this commit shares the batch's temp names, or another job took an
                     # id: settled one id at a time, as a single reservation does (exclusive, no shared temp).

@@ -14,7 +14,7 @@ would be staged. Then, per chunk of jobs:
    name's parent synced once;
 2. the id reservations (:func:`.job_ids.reserve_job_ids`): written beside their
    names, synced together, renamed into place, each bucket synced once;
-3. the payloads: copied to ``tmp/submit-<id>``, the copies synced together, renamed
+3. the payloads: copied to ``tmp/submit-<id>-<token>`` (the batch's own names), the copies synced together, renamed
    into place, each placement directory and ``tmp/`` synced once (``move``: the sources
    synced together, then renamed into place, each directory involved synced once);
 4. the markers (:meth:`.store.Store.create_submitted_many`), after every payload
@@ -49,6 +49,7 @@ from .submission import (
     missing_ancestors,
     plan_spec,
     plan_submission,
+    staging_token,
     write_refusal,
 )
 
@@ -115,7 +116,7 @@ def submit_specs(
     The jobs are those ``prepare_job_payloads`` of each spec and then :func:`submit_many`
     with ``move=True`` make, payload ``job.json`` alone, but no payload directory is
     prepared, read back or moved: each job.json is written straight into the staging area
-    (``tmp/submit-<id>/``) and renamed into place, with the syncs grouped as
+    (``tmp/submit-<id>-<token>/``) and renamed into place, with the syncs grouped as
     :func:`submit_many` groups them. The same refusals (a spec naming its index and
     name; nothing written) and the same crash guarantee.
     """
@@ -124,13 +125,14 @@ def submit_specs(
     runner_check = _runner_checker(workspace, allow_missing=allow_missing_runner)
     planned: list[Planned] = []
     shapes: set[tuple[object, ...]] = set()
+    token = staging_token(workspace)
     for index, (spec, place) in enumerate(zip(specs, places, strict=True)):
         label = f"job spec {index + 1} (name {spec.name!r})" if isinstance(spec, JobSpec) else f"job spec {index + 1}"
         if not isinstance(spec, JobSpec):
             raise SubmissionError(f"{label} is a {type(spec).__name__}, not a JobSpec; pass JobSpec objects")
         try:
             planned.append(plan_spec(workspace, spec, place, label=label, tag=tag, runner_check=runner_check,
-                                     shapes=shapes))
+                                     shapes=shapes, token=token))
         except SubmissionError as error:
             raise SubmissionError(_naming(label, index, len(specs), str(error), noun="spec")) from None
         tick("checking")
@@ -185,6 +187,7 @@ def _plan_all(
     shapes: set[tuple[object, ...]] = set()
     parsed: dict[bytes, JobSpec] = {}
     total = len(payloads)
+    token = staging_token(workspace)
     for index, (payload, place) in enumerate(zip(payloads, places, strict=True)):
         source = posixpath.normpath(payload)
         if move and source in seen:
@@ -195,7 +198,7 @@ def _plan_all(
         seen[source] = index
         try:
             planned.append(plan_submission(workspace, source, place, move=move, tag=tag, runner_check=runner_check,
-                                            shapes=shapes, parsed=parsed))
+                                            shapes=shapes, parsed=parsed, token=token))
         except SubmissionError as error:
             raise SubmissionError(_naming(source, index, total, str(error))) from None
         tick("checking")
@@ -251,7 +254,8 @@ def _write_chunk(
         if durable:
             fs.fsync_dirs(sorted({posixpath.dirname(path) for path in created}))
         # The ids first: from here on no other job, at any placement, can take them.
-        reserve_job_ids(fs, layout, reservations, durable=durable, reserved=reserved)
+        reserve_job_ids(fs, layout, reservations, durable=durable, writer=workspace.store.writer.writer_id,
+                        reserved=reserved)
         tick.flush("reserving")
         _place(workspace, items, written, move=move, tick=tick)
     except (JobIdTaken, OSError) as error:
@@ -294,11 +298,6 @@ def _place(workspace: WorkspaceHandle, items: Sequence[Planned], written: _Writt
             tick("copying")
         synced |= {posixpath.dirname(item.source) for item in items}
     else:
-        # A copy a crashed submission of one of these ids left behind: one listing, not a probe per job.
-        staging = {item.staging for item in items}
-        for entry in fs.scandir(workspace.layout.tmp):
-            if entry.path in staging:
-                fs.rmtree(entry.path)
         for item in items:
             written.current = item
             # Straight into the staging name: it is private until renamed into place, so neither

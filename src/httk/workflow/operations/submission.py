@@ -70,7 +70,8 @@ class Planned:
     key: JobKey
     spec: JobSpec
     destination: str
-    #: Where a copy is staged before it is renamed into place.
+    #: Where a copy is staged before it is renamed into place: ``tmp/submit-<job-id>-<token>``, a name
+    #: of this submission's own (two replays of one chosen id never share it), so it is copied in place.
     staging: str
     warning: str | None
     #: The job.json of a job submitted from its definition (:func:`plan_spec`): the payload is
@@ -122,7 +123,6 @@ def submit(
                 fs.sync_tree(source)
             fs.rename(source, destination, durable=durable)
         else:
-            fs.rmtree(staging)
             fs.copy_tree(source, staging, durable=durable, staged=True)
             fs.rename(staging, destination, durable=durable)
         placed = True
@@ -149,13 +149,15 @@ def plan_submission(
     runner_check: Callable[[JobSpec, str], str | None] | None = None,
     shapes: set[tuple[object, ...]] | None = None,
     parsed: dict[bytes, JobSpec] | None = None,
+    token: str | None = None,
 ) -> Planned:
     """Everything that can be known before the first write, checked; :class:`SubmissionError` if refused.
 
     Reads only. ``runner_check`` replaces :func:`check_runner` (a batch checks each
     pinned runner once); ``shapes`` remembers the path shapes that fit the name limits
     (:func:`path_shape`), so a batch checks each shape once; ``parsed`` the definitions of
-    the job.json contents read so far, so a batch validates each distinct content once.
+    the job.json contents read so far, so a batch validates each distinct content once;
+    ``token`` names the staging copies of one batch (:func:`staging_token`; a fresh one by default).
     """
     fs = workspace.fs
     source = posixpath.normpath(payload)
@@ -200,7 +202,7 @@ def plan_submission(
         if fs.exists(destination):
             raise SubmissionError(f"{destination}: already exists")
         check_id(workspace, Reservation(key.job_id, str(key), placement))
-    staging = f"{workspace.layout.tmp}/submit-{key.job_id}"
+    staging = staging_path(workspace, key, token)
     files = list(_payload_files(fs, source))
     shape = path_shape(placement, key, files, staged=not move)
     if shapes is None or shape not in shapes:
@@ -226,6 +228,7 @@ def plan_spec(
     tag: str | None = None,
     runner_check: Callable[[JobSpec, str | None], str | None] | None = None,
     shapes: set[tuple[object, ...]] | None = None,
+    token: str | None = None,
 ) -> Planned:
     """:func:`plan_submission` of the payload ``prepare_job_payload(DIR, spec)`` would make, without the directory.
 
@@ -249,7 +252,7 @@ def plan_spec(
     except ValidationError as error:
         raise SubmissionError(str(error)) from None
     destination = workspace.layout.payload(placement, str(key))
-    staging = f"{workspace.layout.tmp}/submit-{key.job_id}"
+    staging = staging_path(workspace, key, token)
     shape = path_shape(placement, key, (JOB_FILE,), staged=True)
     if shapes is None or shape not in shapes:
         check_path_lengths(job_paths(workspace, label, placement, key, staging=staging, files=(JOB_FILE,)), placement)
@@ -260,6 +263,20 @@ def plan_spec(
     else:
         warning = runner_check(spec, None)
     return Planned(label, placement, key, spec, destination, staging, warning, data)
+
+
+def staging_token(workspace: WorkspaceHandle) -> str:
+    """A fresh name for the staging copies of one submission or batch (the job ids tell its copies apart)."""
+    return workspace.ports.ids.new_hex(12)
+
+
+def staging_path(workspace: WorkspaceHandle, key: JobKey, token: str | None) -> str:
+    """``tmp/submit-<job-id>-<token>``: where the job's copy is staged, a name of this submission's own.
+
+    The job id alone is not: two submissions of one chosen id (a replay, or a race a
+    reservation settles only later) would copy into, and remove, each other's copy.
+    """
+    return f"{workspace.layout.tmp}/submit-{key.job_id}-{token or staging_token(workspace)}"
 
 
 def check_id(workspace: WorkspaceHandle, reservation: Reservation) -> None:

@@ -138,6 +138,11 @@ class RemoteEndpoint:
             raise TransferError(f"remote {self.remote}: transfer-remote {role} {op} printed no JSON") from None
 
 
+def _nothing(moved: bool) -> str:
+    """How a refusal ends: nothing moved, or (after this command finished resumed transfers) nothing more."""
+    return "nothing more moved (the transfers finished before stay done)" if moved else "nothing moved"
+
+
 def _names(selector: str, key: str) -> bool:
     """Whether the job selector ``selector`` (a key, an id, or a prefix of either) names the job ``key``."""
     return key == selector or key.split("--")[-1].startswith(selector) or key.startswith(selector)
@@ -241,7 +246,8 @@ class Transfer:
         remaining = [job for job in jobs if not any(_names(job, key) for key in moved)]
         if jobs and not remaining:
             return report
-        selection = self._call_source("select", {"jobs": remaining, "placement": placement, "kinds": list(kinds)})
+        selection = self._call_source("select", {"jobs": remaining, "placement": placement, "kinds": list(kinds)},
+                                      moved=bool(report["transfers"]))
         report["skipped"] = selection["skipped"]
         # A source of an older version does not count them.
         report["unselected"] = selection.get("unselected") or {}
@@ -253,7 +259,7 @@ class Transfer:
         for transfer_id in selection.get("finished") or ():
             if transfer_id not in done:
                 if destination is not None:  # an unreachable DST cannot say whether it was this one
-                    self._went_here(transfer_id, remaining, destination)
+                    self._went_here(transfer_id, remaining, destination, moved=bool(report["transfers"]))
                 item = self.advance(transfer_id, resumed=True)
                 # "already transferred" counts the jobs asked for, not every job that transfer carried.
                 item["asked"] = list(asked.get(transfer_id) or item["jobs"])
@@ -286,12 +292,13 @@ class Transfer:
         except Unreachable as error:
             return None, error
 
-    def _went_here(self, transfer_id: str, selectors: Sequence[str], destination: Mapping[str, Any]) -> None:
+    def _went_here(self, transfer_id: str, selectors: Sequence[str], destination: Mapping[str, Any], *,
+                   moved: bool = False) -> None:
         """Refuse when the finished transfer that took a named job away went to another workspace than DST.
 
         Only then is "already transferred" true; a job that left for elsewhere is not here to move.
         """
-        state = self._call_source("state", {"transfer_id": transfer_id})
+        state = self._call_source("state", {"transfer_id": transfer_id}, moved=moved)
         target = state["header"].get("destination") or {}
         if target.get("workspace_id") == destination["workspace_id"]:
             return
@@ -299,7 +306,7 @@ class Transfer:
         where = target.get("label") or target.get("root") or "another workspace"
         raise TransferError(
             f"job {', '.join(keys) or '(named)'} is not in {self.src.label}: transfer {transfer_id} took it to "
-            f"{where}, not to {self.dst.label}; nothing moved (to move it on: 'httk workflow transfer {where} "
+            f"{where}, not to {self.dst.label}; {_nothing(moved)} (to move it on: 'httk workflow transfer {where} "
             f"{self.dst.label} --job {keys[0] if keys else 'JOB'}')")
 
     def _plan(self, transfer_id: str, jobs: Sequence[Mapping[str, Any]], target: Mapping[str, Any]) -> None:
@@ -317,12 +324,15 @@ class Transfer:
                 f"may be recorded at {self.src.label} as planned: '{resume_command(self.src.label, self.dst.label)}' "
                 "(or the next transfer between them) finishes it and moves them") from None
 
-    def _call_source(self, op: str, request: Mapping[str, Any]) -> Any:
-        """A source call made before any plan was sent: an unreachable source is a refusal, nothing moved."""
+    def _call_source(self, op: str, request: Mapping[str, Any], *, moved: bool = False) -> Any:
+        """A source call made before any plan was sent: an unreachable source is a refusal, nothing (more) moved.
+
+        ``moved``: this command has already finished transfers (resumed ones), which stay done.
+        """
         try:
             return self.src.call(SOURCE, op, request)
         except Unreachable as error:
-            raise TransferError(f"{error}; nothing moved") from None
+            raise TransferError(f"{error}; {_nothing(moved)}") from None
 
     def _call_destination(self, op: str, request: Mapping[str, Any]) -> Any:
         try:

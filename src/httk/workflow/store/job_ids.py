@@ -168,11 +168,13 @@ def reserve_job_id(fs: Filesystem, layout: Layout, wanted: Reservation, *, durab
 
 
 def reserve_job_ids(
-    fs: Filesystem, layout: Layout, wanted: Sequence[Reservation], *, durable: bool,
+    fs: Filesystem, layout: Layout, wanted: Sequence[Reservation], *, durable: bool, writer: str,
     reserved: Callable[[Reservation], None] | None = None,
 ) -> None:
     """Reserve many fresh ids as one group commit; the names and bytes :func:`reserve_job_id` makes.
 
+    ``writer`` names this writer's temps (the store's journal writer id): two writers
+    reserving the same ids (two runs of one children commit) never share a temp.
     Durable: every reservation is written to a hidden temp sibling, the temps are synced
     together, each is renamed (never replacing) onto its name, and each bucket directory
     is synced once. So a name, once it exists, has its whole content, as with one
@@ -187,10 +189,11 @@ def reserve_job_ids(
             if reserved is not None:
                 reserved(reservation)
         return
-    temps = [_temp(layout, reservation) for reservation in wanted]
+    temps = [_temp(layout, reservation, writer) for reservation in wanted]
     try:
         for reservation, temp in zip(wanted, temps, strict=True):
-            _write_temp(fs, temp, codec.encode(reservation.to_json()))
+            # In place: the temp is this writer's alone, and only its synced whole is renamed.
+            fs.write_staged(temp, codec.encode(reservation.to_json()), durable=False)
         fs.sync_trees(temps)
         for reservation, temp in zip(wanted, temps, strict=True):
             _create(fs, layout, reservation, lambda path, temp=temp: fs.rename(temp, path, durable=False))
@@ -204,21 +207,9 @@ def reserve_job_ids(
     fs.fsync_dirs(sorted({posixpath.dirname(layout.id_reservation(reservation.job_id)) for reservation in wanted}))
 
 
-def _write_temp(fs: Filesystem, temp: str, data: bytes) -> None:
-    """Write the hidden temp ``temp`` in place: nobody reads it, and only its synced whole is renamed.
-
-    A temp of the same name is what an interrupted batch reserving this id left: replaced.
-    """
-    try:
-        fs.write_staged(temp, data, durable=False)
-    except FileExistsError:
-        fs.remove(temp)
-        fs.write_staged(temp, data, durable=False)
-
-
-def _temp(layout: Layout, reservation: Reservation) -> str:
+def _temp(layout: Layout, reservation: Reservation, writer: str) -> str:
     path = layout.id_reservation(reservation.job_id)
-    return f"{posixpath.dirname(path)}/.{reservation.job_id}.bulk"
+    return f"{posixpath.dirname(path)}/.{reservation.job_id}.bulk.{writer}"
 
 
 def _create(fs: Filesystem, layout: Layout, reservation: Reservation, publish: Callable[[str], None]) -> None:
@@ -291,7 +282,7 @@ def reservation_of(fs: Filesystem, layout: Layout, job_id: str, job_key: str, pl
 def iter_reservations(fs: Filesystem, layout: Layout) -> Iterator[tuple[str, float]]:
     """``(job_id, mtime)`` of every reservation: the id buckets' regular files named by a job id.
 
-    A bucket also holds the hidden temps of a reservation being written (``.<id>.bulk``,
+    A bucket also holds the hidden temps of a reservation being written (``.<id>.bulk.<writer>``,
     ``.<id>.tmp.<hex>``, which a crash can leave behind): those are no job, and are
     what :func:`reservation_temps` lists.
     """
