@@ -37,10 +37,16 @@ def configured(cli: Cli, tmp_path: Path, payload: Path) -> str:
     ["workspace", "init", "kapa:/scratch/runs"],
 ])
 def test_a_misspelt_remote_names_the_close_one_exits_2_and_writes_nothing(cli, tmp_path, configured, args):
+    line = refused_writing_nothing(cli, tmp_path, configured, args)
+    assert line == f"error: no remote named 'kapa' (did you mean 'kappa'?); {SEE}"
+
+
+def refused_writing_nothing(cli, tmp_path, configured: str, args: list[str]) -> str:
+    """The one refusal line of ``args`` (``{ws}``: the configured workspace), checking that nothing was written."""
     before = tree(tmp_path)
     line = cli.refused(*[arg.format(ws=configured) for arg in args])
-    assert line == f"error: no remote named 'kapa' (did you mean 'kappa'?); {SEE}"
     assert tree(tmp_path) == before
+    return line
 
 
 def test_a_name_close_to_none_lists_the_configured_remotes(cli, tmp_path, configured):
@@ -80,11 +86,9 @@ def test_an_unreadable_remotes_directory_drops_the_suggestion_not_the_line(cli, 
     ["workspace", "status", "kappa"],
 ])
 def test_a_remote_name_without_its_colon_says_how_its_workspaces_are_written(cli, tmp_path, configured, args):
-    before = tree(tmp_path)
-    line = cli.refused(*[arg.format(ws=configured) for arg in args])
+    line = refused_writing_nothing(cli, tmp_path, configured, args)
     assert line == ("error: kappa: neither a directory nor a registered workspace name; see 'httk workflow workspace "
                     "list' (kappa is a configured remote: its default workspace is written 'kappa:', one there "
                     "'kappa:NAME')")
-    assert tree(tmp_path) == before
     # A name that is no remote keeps the plain line.
     assert cli.refused("workspace", "status", "nosuch").endswith("see 'httk workflow workspace list'")
