@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +36,15 @@ def test_the_console_script_prints_an_undecodable_name_as_escapes_on_a_strict_ut
                           env=env, capture_output=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith(b"workspace good at " + os.fsencode(tmp_path) + b"/ws\\xff (")
+    # --json: valid JSON whose path gives the original bytes back.
+    done = subprocess.run([str(script), "workflow", "workspace", "status", os.fsencode(tmp_path) + b"/ws\xff",
+                           "--json"], env=env, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert os.fsencode(json.loads(done.stdout)["path"]) == os.fsencode(tmp_path) + b"/ws\xff"
+    # An error line on stderr escapes the byte the same way.
+    done = subprocess.run([str(script), "workflow", "job", "show", os.fsencode(tmp_path) + b"/ws\xff", "nosuch"],
+                          env=env, capture_output=True, check=False)
+    assert done.returncode == 2 and b"/ws\\xff" in done.stderr and b"Traceback" not in done.stderr, done.stderr
 
 
 def test_the_escapes_name_each_undecodable_byte_and_any_other_unencodable_character():

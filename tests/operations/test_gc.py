@@ -84,3 +84,49 @@ def test_scratch_a_dead_command_left_goes_once_nothing_below_it_was_written_for_
     GarbageCollector(handle).run()
     assert sorted(entry.name for entry in fs.scandir(tmp)) == ["seed-busy"]
     assert handle.store.read_job(marker).spec is not None  # the job itself is untouched
+
+
+def test_a_staged_copy_of_old_files_is_young_scratch_on_the_real_filesystem(tmp_path):
+    """A copy keeps its source's times: by mtime alone a staged copy made a moment ago from a payload of
+    2024 looked years old, and gc removed it under the submission copying it. Its ctime says it is new."""
+    import os
+
+    from httk.workflow.adapters.fs_posix import PosixFilesystem
+    from httk.workflow.store.workspaces import Ports, WorkspaceService
+    from httk.workflow.testing import FakeClock, SequentialIds
+
+    fs = PosixFilesystem()
+    clock = FakeClock(start=__import__("time").time())
+    handle = WorkspaceService(Ports(fs=fs, clock=clock, ids=SequentialIds())).init(str(tmp_path / "ws"))
+    handle.set_policy("retention.scratch_days", 1)
+    source = tmp_path / "payload"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "data").write_bytes(b"x")
+    for path in (source / "sub" / "data", source / "sub", source):
+        os.utime(path, (1_704_067_200, 1_704_067_200))  # 2024-01-01
+    staging = f"{handle.layout.tmp}/submit-abc-123"
+    fs.copy_tree(str(source), staging, durable=False, staged=True)
+    assert fs.lstat(staging).mtime == 1_704_067_200  # the copy kept the source's time
+    assert GarbageCollector(handle).run()["removed"] == [] and fs.exists(f"{staging}/sub/data")
+    clock.advance(2 * DAY)  # now it is old by every clock: a dead submission's
+    assert [item["path"] for item in GarbageCollector(handle).run()["removed"]] == [staging]
+    assert [entry.name for entry in fs.scandir(handle.layout.tmp)] == []
+
+
+def test_scratch_its_command_renames_away_meanwhile_is_left_whole(handle, ports, monkeypatch):
+    """gc claims an entry by renaming it before removing it: a submission whose rename into place won
+    keeps its whole payload, and gc reports nothing for it."""
+    fs, tmp = handle.fs, handle.layout.tmp
+    fs.write_atomic(f"{tmp}/submit-late/job.json", b"{}", durable=False)
+    handle.set_policy("retention.scratch_days", 1)
+    ports.clock.advance(2 * DAY)
+    rename = fs.rename
+
+    def submission_first(source, destination, *, durable):
+        if source == f"{tmp}/submit-late":
+            rename(source, f"{handle.layout.root}/p/a/job-late", durable=False)  # the submission's rename
+        return rename(source, destination, durable=durable)
+
+    monkeypatch.setattr(fs, "rename", submission_first)
+    assert GarbageCollector(handle).run()["removed"] == []
+    assert fs.read_bytes(f"{handle.layout.root}/p/a/job-late/job.json") == b"{}"

@@ -75,6 +75,9 @@ class FileStat:
     mode: int = 0o644
     #: ``st_dev``: two names on different devices cannot be renamed into each other.
     device: int = 0
+    #: ``st_ctime``: when the name's data or metadata last changed, which a copy that keeps its
+    #: source's times (``utime``) cannot set back: the age of something made recently out of old files.
+    changed: float = 0.0
 
 
 class Appender(Protocol):

@@ -290,6 +290,7 @@ class PosixFilesystem:
             is_symlink=stat.S_ISLNK(result.st_mode),
             mode=stat.S_IMODE(result.st_mode),
             device=result.st_dev,
+            changed=result.st_ctime,
         )
 
     def exists(self, path: str) -> bool:

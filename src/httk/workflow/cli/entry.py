@@ -52,7 +52,8 @@ def _printable_output() -> None:
     """
     codecs.register_error(ESCAPES, _escape)
     for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        # stderr's default is backslashreplace (a surrogate as \udcff): escaped the same way as stdout.
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "backslashreplace"):
             stream.reconfigure(errors=ESCAPES)
 
 

@@ -270,8 +270,18 @@ class Group(click.Group):
 
 
 def emit_json(value: Any) -> None:
-    """Print one canonical JSON value."""
-    click.echo(codec.dumps(value))
+    """Print one canonical JSON value; a file name's undecodable byte (a lone surrogate) as its ``\\udcXX`` escape.
+
+    ``json.loads`` gives the same surrogate back (``os.fsencode`` then the byte), where the raw
+    surrogate would be no text a UTF-8 stream or a JSON reader takes.
+    """
+    text = codec.dumps(value)
+    if not text.isascii():
+        text = _SURROGATE.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
+    click.echo(text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def value_text(value: Any) -> str:

@@ -27,6 +27,10 @@ from ..store.workspaces import WorkspaceHandle
 from .diagnosis import managers
 
 DAY = 86400.0
+#: Scratch younger than this is never collected, whatever ``scratch_days`` says: a command may be writing it.
+_SCRATCH_FLOOR = 3600.0
+#: The prefix of the names gc renames scratch to before removing it (one a crash left is removed the next time).
+_GC_CLAIM = ".gc-"
 
 
 class GarbageCollector:
@@ -217,31 +221,47 @@ class GarbageCollector:
         return False
 
     def _scratch(self, age: float) -> None:
-        """What a command cut short left in ``.httk-workflow/tmp/``, untouched for ``age``.
+        """What a command cut short left in ``.httk-workflow/tmp/``, untouched for ``age`` (an hour at least).
 
         Every entry there (a submission's staged copy, a workdir being seeded, a conversion's
         or a workflow description's scratch) is renamed away or removed by the command that
-        made it once it finishes; one in which nothing was written for ``age`` is a dead
-        command's. Nothing below ``tmp/`` is a job, a payload or a marker.
+        made it once it finishes; one where nothing changed for ``age`` is a dead command's.
+        Its age is that of the newest change at or below it, by ``ctime`` too: a copy keeps
+        its source's modification times, so a staged copy made a moment ago from old files
+        looks old by ``mtime`` alone. It is first renamed to a name of gc's own, so that a
+        command that renames it away meanwhile keeps it whole (one of the two renames
+        fails), and only then removed. Nothing below ``tmp/`` is a job, a payload or a marker.
         """
-        cutoff = self.now - age
+        cutoff = self.now - max(age, _SCRATCH_FLOOR)
         for entry in self.fs.scandir(self.layout.tmp):
-            if self._older(entry.path, age) and not (
-                    entry.is_dir and self._written_since(entry.path, cutoff, directories=True)):
-                self._remove("scratch", entry.path)
+            if self._changed_since(entry.path, cutoff):
+                continue  # a command may still be writing it (or another gc claimed it just now)
+            if not self.dry_run:
+                claimed = entry.path  # a claim a crashed gc left is removed as it is
+                if not entry.name.startswith(_GC_CLAIM):
+                    claimed = f"{self.layout.tmp}/{_GC_CLAIM}{self.handle.ports.ids.new_hex(12)}"
+                    try:
+                        self.fs.rename(entry.path, claimed, durable=False)
+                    except FileNotFoundError:  # its command renamed it away (or removed it) first
+                        continue
+                self.fs.rmtree(claimed)
+            self.removed.append({"category": "scratch", "path": entry.path})
 
-    def _written_since(self, directory: str, since: float, *, directories: bool = False) -> bool:
-        """Whether a file below ``directory`` was modified after ``since``.
+    def _changed_since(self, path: str, since: float) -> bool:
+        """Whether ``path`` or anything below it changed (``mtime`` or ``ctime``) after ``since``."""
+        info = self.fs.lstat(path)
+        if info is None:
+            return False
+        if max(info.mtime, info.changed) > since:
+            return True
+        return info.is_dir and any(self._changed_since(entry.path, since) for entry in self.fs.scandir(path))
 
-        Directories' own times are left out unless ``directories``: where gc removes entries
-        below a directory, that removal is what changed them.
-        """
+    def _written_since(self, directory: str, since: float) -> bool:
+        """Whether a file below ``directory`` was modified after ``since`` (directories' own times
+        are left out: removing their entries is what changed them)."""
         for entry in self.fs.scandir(directory):
             if entry.is_dir:
-                info = self.fs.lstat(entry.path) if directories else None
-                if info is not None and info.mtime > since:
-                    return True
-                if self._written_since(entry.path, since, directories=directories):
+                if self._written_since(entry.path, since):
                     return True
                 continue
             info = self.fs.lstat(entry.path)

@@ -255,7 +255,7 @@ class InMemoryFilesystem(TreeOperations):
         directory.entries[name] = inode.number
         directory.linked_by[name] = self._client
         directory.born[name] = self.clock.monotonic()
-        directory.mtime = self.clock.now()
+        directory.mtime = directory.changed = self.clock.now()
 
     def _unlink(self, directory: _Inode, name: str) -> None:
         number, born = directory.entries[name], directory.born.get(name)
@@ -263,7 +263,7 @@ class InMemoryFilesystem(TreeOperations):
         del directory.entries[name]
         directory.linked_by.pop(name, None)
         directory.born.pop(name, None)
-        directory.mtime = self.clock.now()
+        directory.mtime = directory.changed = self.clock.now()
 
     def _new_entry(self, path: str, kind: str, operation: str, mode: int, target: str = "") -> _Inode:
         """Create and link a new inode at ``path`` (``FileExistsError`` if the name is taken)."""
@@ -283,7 +283,7 @@ class InMemoryFilesystem(TreeOperations):
         if inode.durable is None:
             inode.durable = bytes(inode.data[: inode.durable_length])
         inode.data = bytearray(data)
-        inode.mtime = self.clock.now()
+        inode.mtime = inode.changed = self.clock.now()
 
     def _mkdir(self, path: str) -> _Inode:
         return self._new_entry(path, _DIR, "mkdir", 0o755)
@@ -547,6 +547,7 @@ class InMemoryFilesystem(TreeOperations):
             is_file=kind == _FILE,
             is_symlink=kind == _LINK,
             mode=node.mode,
+            changed=node.changed,
         )
 
     def exists(self, path: str) -> bool:

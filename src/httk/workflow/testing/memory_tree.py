@@ -64,6 +64,8 @@ class _Inode:
         self.kind = kind
         self.uid = uid
         self.mtime = mtime
+        #: The clock at the last change of data or metadata (ctime): a copy's kept mtime never moves it back.
+        self.changed = mtime
         self.mode = mode
         self.target = target
         self.data = bytearray()
@@ -144,7 +146,7 @@ class _MemoryAppender:
                 self._inode.number, offset, offset + len(data), self._fs.clock.monotonic(), self._fs._client
             )
             self._inode.data += data
-            self._inode.mtime = self._fs.clock.now()
+            self._inode.mtime = self._inode.changed = self._fs.clock.now()
             return offset
 
     def sync(self) -> None:
