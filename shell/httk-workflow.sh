@@ -58,24 +58,60 @@ _httk_bridge() {
 #
 # httk_workflow_main starts `python -m httk.workflow.shell_bridge --serve` once per attempt,
 # so a handler's calls share one interpreter (httk/workflow/shell_serve.py has the wire format).
+# A manager that forks runners from its preloaded interpreter starts that server before the
+# runner, already holding the SDK, and names its two pipes in HTTK_WORKFLOW_BRIDGE
+# (RUNNER_PID:REQUEST_FD:REPLY_FD:BRIDGE_PID); the library then uses it instead of starting one.
 # Each call sends the caller's exported variables, working directory and umask with its
 # arguments, and prints the stdout and stderr the call produced, so it behaves as a process
 # of its own. A one-byte token in a FIFO serializes callers: a call that cannot take it
 # within 50 ms (a concurrent call, or a holder killed mid-call) runs one-shot instead.
 
+# The pre-started bridge is taken at once into descriptors of the library's own, out of the way of
+# the script's (programs the runner starts inherit them, as Bash marks no descriptor close-on-exec;
+# the bridge still ends with the runner, by its death signal). The variable is this process's
+# alone (a runner started by this one must not read it), so it is unset either way.
+_HTTK_BRIDGE_PID= _HTTK_BRIDGE_IN= _HTTK_BRIDGE_OUT=
+_httk_bridge_adopt() {
+    local spec=${HTTK_WORKFLOW_BRIDGE-} given_in given_out
+    unset HTTK_WORKFLOW_BRIDGE
+    [[ $spec =~ ^([0-9]+):([0-9]+):([0-9]+):([0-9]+)$ && ${BASH_REMATCH[1]} == "$BASHPID" ]] || return 0
+    given_in=${BASH_REMATCH[2]} given_out=${BASH_REMATCH[3]}
+    [[ -p /dev/fd/$given_in && -p /dev/fd/$given_out ]] || return 0
+    _HTTK_BRIDGE_PID=${BASH_REMATCH[4]}
+    exec {_HTTK_BRIDGE_IN}>&"$given_in" {_HTTK_BRIDGE_OUT}<&"$given_out" {given_in}>&- {given_out}<&-
+}
+_httk_bridge_adopt
+
+# Closing its requests ends a pre-started bridge that will not be used.
+_httk_bridge_release() {
+    [[ -n $_HTTK_BRIDGE_PID ]] || return 0
+    exec {_HTTK_BRIDGE_IN}>&- {_HTTK_BRIDGE_OUT}<&-
+    _HTTK_BRIDGE_PID= _HTTK_BRIDGE_IN= _HTTK_BRIDGE_OUT=
+}
+
 _httk_serve_start() {
     local path
-    ((BASH_VERSINFO[0] > 4 || BASH_VERSINFO[1] >= 4)) || return 0  # ${name@a} lists exported variables
-    [[ ${HTTK_WORKFLOW_SHELL_COPROCESS:-1} != 0 ]] || return 0
-    # Start-up is silent (fd 3 keeps stderr for later): if it fails, every call runs one-shot and says why.
-    coproc _HTTK_COPROC {
-        exec 3>&2 2>/dev/null
-        exec "${HTTK_WORKFLOW_PYTHON:-python3}" -m httk.workflow.shell_bridge --serve
-    }
-    _HTTK_SERVE_PID=$_HTTK_COPROC_PID
-    # Copies that survive into subshells (the coproc's own do not); bash keeps them close-on-exec. The
-    # token FIFO opened below is inherited by programs the handler runs, which keeps nothing alive.
-    exec {_HTTK_SERVE_IN}>&"${_HTTK_COPROC[1]}" {_HTTK_SERVE_OUT}<&"${_HTTK_COPROC[0]}"
+    # ${name@a} (Bash 4.4) lists exported variables.
+    if ((BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4)) || [[ ${HTTK_WORKFLOW_SHELL_COPROCESS:-1} == 0 ]]; then
+        _httk_bridge_release
+        return 0
+    fi
+    if [[ -n $_HTTK_BRIDGE_PID ]]; then
+        _HTTK_SERVE_PID=$_HTTK_BRIDGE_PID _HTTK_SERVE_IN=$_HTTK_BRIDGE_IN _HTTK_SERVE_OUT=$_HTTK_BRIDGE_OUT
+        _HTTK_SERVE_OWN=0
+        _HTTK_BRIDGE_PID= _HTTK_BRIDGE_IN= _HTTK_BRIDGE_OUT=
+    else
+        # Start-up is silent (fd 3 keeps stderr for later): if it fails, every call runs one-shot and says why.
+        coproc _HTTK_COPROC {
+            exec 3>&2 2>/dev/null
+            exec "${HTTK_WORKFLOW_PYTHON:-python3}" -m httk.workflow.shell_bridge --serve
+        }
+        _HTTK_SERVE_PID=$_HTTK_COPROC_PID
+        _HTTK_SERVE_OWN=1
+        # Copies that survive into subshells (the coproc's own do not); bash keeps them close-on-exec. The
+        # token FIFO opened below is inherited by programs the handler runs, which keeps nothing alive.
+        exec {_HTTK_SERVE_IN}>&"${_HTTK_COPROC[1]}" {_HTTK_SERVE_OUT}<&"${_HTTK_COPROC[0]}"
+    fi
     if IFS= read -r -d '' -u "$_HTTK_SERVE_OUT" path && [[ -p $path ]] &&
         exec {_HTTK_SERVE_LOCK}<>"$path"; then
         printf T >&"$_HTTK_SERVE_LOCK"
@@ -99,7 +135,7 @@ _httk_serve_can() {
 # empty. Taking the token for good first makes any later caller (a background job the handler
 # left running) run one-shot; a token that does not come back in 5 s was lost with a killed caller.
 _httk_serve_stop() {
-    local token
+    local token rest
     [[ -n ${_HTTK_SERVE_PID:-} ]] || return 0
     if [[ -n ${_HTTK_SERVE_LOCK:-} ]] && IFS= read -r -N1 -t 5 -u "$_HTTK_SERVE_LOCK" token 2>/dev/null; then
         (trap '' PIPE; printf 'stop\n' >&"$_HTTK_SERVE_IN") 2>/dev/null
@@ -107,7 +143,12 @@ _httk_serve_stop() {
         kill "$_HTTK_SERVE_PID" 2>/dev/null
     fi
     _HTTK_SERVE_LOCK=
-    wait "$_HTTK_SERVE_PID" 2>/dev/null
+    if ((_HTTK_SERVE_OWN)); then
+        wait "$_HTTK_SERVE_PID" 2>/dev/null
+    else
+        # A pre-started bridge is not this shell's to wait for: its replies end when it has exited.
+        IFS= read -r -d '' -t 5 -u "$_HTTK_SERVE_OUT" rest 2>/dev/null
+    fi
     _HTTK_SERVE_PID=
 }
 

@@ -16,6 +16,7 @@ import signal
 import sys
 import textwrap
 import time
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,105 @@ def test_close_stops_the_zygote_and_leaves_runners_running(tmp_path):
     assert process.wait(0.2) is None
     assert control.kill_group(process.identity.pgid)
     assert process.wait(10) == -signal.SIGKILL
+
+
+# -- Bash runners: the same bash, with its bridge pre-started ---------------------------------------------------
+
+SHELL_LIB = str(resources.files("httk.workflow") / "shell" / "httk-workflow.sh")
+
+#: Prints what a Bash runner can observe of its own start, from bash and from a program it runs; the bridge is
+#: taken when the library is sourced (the comment names httk_workflow_main, which is what qualifies a runner).
+BASH_PROBE = r"""# a runner of httk_workflow_main
+given=${HTTK_WORKFLOW_BRIDGE-unset}
+source "$HTTK_WORKFLOW_SHELL_LIB"
+read -r -a stat < /proc/$$/stat
+printf 'given=%s\n' "${given%%:*}"
+printf 'bridge=%s\n' "${_HTTK_BRIDGE_PID:+yes}"
+printf 'argv=%s\n' "$0 $*"
+printf 'pgid_is_pid=%s ppid=%s cwd=%s umask=%s\n' "$((stat[4] == $$))" "$PPID" "$PWD" "$(umask)"
+grep -E '^Sig(Ign|Blk)' /proc/$$/status
+env | LC_ALL=C sort | grep -v '^_='
+ls /proc/self/fd | tr '\n' ' '; echo
+"""
+
+
+def run_bash(control: LocalProcessControl, where: Path, env: dict[str, str]) -> tuple[int | None, str, str]:
+    (where / "work").mkdir(parents=True)
+    script = where / "run.sh"
+    script.write_text(BASH_PROBE)
+    process = control.launch(["bash", str(script), "one", "two"], cwd=str(where / "work"), env=env,
+                             stdout_path=str(where / "out.log"), stderr_path=str(where / "err.log"))
+    process.release()
+    code = process.wait(60)
+    process.close()
+    return code, normalized((where / "out.log").read_text(), where), (where / "err.log").read_text()
+
+
+#: Without ``ODD NAME``, which a POSIX shell would drop: the control runner is spawned, as a manager spawns one.
+BASH_ENV = {**{key: value for key, value in ENV.items() if " " not in key},
+            "HTTK_WORKFLOW_PYTHON": sys.executable, "HTTK_WORKFLOW_SHELL_LIB": SHELL_LIB}
+
+
+def test_a_bash_runner_with_a_pre_started_bridge_is_the_bash_a_spawn_starts(preloaded, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, "httk.workflow.manager")
+    fresh = LocalProcessControl(python_preload=False)
+    old = os.umask(0o027)
+    try:
+        code, out, err = run_bash(preloaded, tmp_path / "zygote", BASH_ENV)
+        expected = run_bash(fresh, tmp_path / "fresh", BASH_ENV)
+    finally:
+        os.umask(old)
+    assert "python preload not used" not in caplog.text
+    assert (code, err) == (0, "") and expected[0] == 0, (out, err, expected)
+    lines, expected_lines = out.splitlines(), expected[1].splitlines()
+    assert lines[:2] == [f"given={lines[0].removeprefix('given=')}", "bridge=yes"]
+    assert lines[0].removeprefix("given=").isdigit()  # named this runner's pid
+    assert expected_lines[:2] == ["given=unset", "bridge="]
+    # A program the runner runs inherits the library's two bridge pipes (Bash cannot mark a descriptor
+    # close-on-exec); everything else, signal dispositions included, is the same.
+    *same, inherited = lines[2:]
+    *expected_same, expected_inherited = expected_lines[2:]
+    assert same == expected_same
+    assert expected_inherited == "0 1 2 3 " and len(inherited.split()) == 6
+    assert "argv=WHERE/run.sh one two" in lines
+    assert f"pgid_is_pid=1 ppid={os.getpid()} cwd=WHERE/work umask=0027" in lines
+
+
+@pytest.mark.parametrize(("name", "value", "reason"), [
+    ("HTTK_WORKFLOW_SHELL_COPROCESS", "0", "asks for one interpreter per bridge call"),
+    ("HTTK_WORKFLOW_PYTHON", "/usr/bin/python3-elsewhere", "its bridge is not run by this interpreter"),
+    ("PYTHONHASHSEED", "7", "start-up environment differs from the zygote's: PYTHONHASHSEED"),
+])
+def test_a_bash_runner_whose_bridge_would_differ_is_spawned(preloaded, tmp_path, caplog, name, value, reason):
+    caplog.set_level(logging.DEBUG, "httk.workflow.manager")
+    assert run_bash(preloaded, tmp_path / "warm", BASH_ENV)[1].startswith("given=")  # the zygote is up
+    code, out, _err = run_bash(preloaded, tmp_path / "other", dict(BASH_ENV, **{name: value}))
+    assert code == 0 and out.startswith("given=unset\nbridge=\n")
+    assert reason in caplog.text
+
+
+def test_a_bash_runner_not_calling_main_gets_no_bridge(preloaded, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, "httk.workflow.manager")
+    (tmp_path / "run.sh").write_text('printf "%s\\n" "${HTTK_WORKFLOW_BRIDGE-unset}"\n')
+    process = preloaded.launch(["bash", str(tmp_path / "run.sh")], cwd=str(tmp_path), env=BASH_ENV,
+                               stdout_path=str(tmp_path / "out.log"), stderr_path=str(tmp_path / "err.log"))
+    process.release()
+    assert process.wait(30) == 0
+    assert (tmp_path / "out.log").read_text() == "unset\n"
+    assert "does not call httk_workflow_main" in caplog.text
+    assert preloaded.python_preload is None or preloaded.python_preload.zygote_pid is None
+
+
+def test_an_unused_pre_started_bridge_ends_with_its_runner(preloaded, tmp_path):
+    # Sourced, never served: the runner's exit closes the bridge's requests (and its death signal is armed).
+    (tmp_path / "run.sh").write_text('# httk_workflow_main\nsource "$HTTK_WORKFLOW_SHELL_LIB"\n'
+                                     'echo "$_HTTK_BRIDGE_PID"\n')
+    process = preloaded.launch(["bash", str(tmp_path / "run.sh")], cwd=str(tmp_path), env=BASH_ENV,
+                               stdout_path=str(tmp_path / "out.log"), stderr_path=str(tmp_path / "err.log"))
+    process.release()
+    assert process.wait(30) == 0
+    bridge = int((tmp_path / "out.log").read_text())
+    deadline = time.monotonic() + 10
+    while process_groups.read_stat(bridge) is not None and process_groups.read_stat(bridge)[0] != "Z":
+        assert time.monotonic() < deadline, "the bridge outlived its runner"
+        time.sleep(0.05)

@@ -126,3 +126,74 @@ def test_a_preloaded_runner_outlives_its_killed_manager_and_the_next_one_adopts_
     assert frame.total_attempts == 1 and frame.takeover.rule == "outcome_published"
     second.signal(signal.SIGTERM)
     assert second.wait(20) == 0, second.stderr
+
+
+# -- Bash runners: the bridge their library would start, started preloaded ------------------------------------
+
+BASH_RUNNER = r"""#!/usr/bin/env bash
+set -euo pipefail
+printf '%s\n' "${HTTK_WORKFLOW_BRIDGE-unset}" > given
+source "$HTTK_WORKFLOW_SHELL_LIB"
+httk_workflow_runner ops main
+step_main() {
+    printf '%s\n' "${HTTK_WORKFLOW_BRIDGE-unset}" > after
+    printf '%s %s %s\n' "$$" "${_HTTK_SERVE_PID:-none}" "${_HTTK_SERVE_OWN:-none}" > serve
+    if [[ -n ${_HTTK_SERVE_PID:-} ]]; then
+        tr '\0' ' ' < "/proc/$_HTTK_SERVE_PID/cmdline" > bridge.cmdline
+        read -r -a stat < "/proc/$_HTTK_SERVE_PID/stat"
+        printf '%s %s\n' "${stat[3]}" "${stat[4]}" > bridge.parent_and_group
+    fi
+    httk_workflow_state_set answer 42
+    httk_workflow_state_get answer > answer
+    touch started
+    for _ in $(seq 1 600); do [[ {wait} == 0 || -e go ]] && break; sleep 0.1; done
+    httk_workflow_succeed
+}
+httk_workflow_main "$@"
+"""
+
+
+def bash_job(ops, *, wait: bool = False) -> str:
+    return ops.job(BASH_RUNNER.replace("{wait}", "1" if wait else "0"), runner_path="run.bash")
+
+
+def test_a_bash_runner_gets_its_bridge_pre_started_in_its_own_group(ops):
+    job = bash_job(ops)
+    ops.run()
+    assert ops.kind(job) == "succeeded", ops.log(job)
+    work = ops.workdir(job)
+    runner, bridge, own = (work / "serve").read_text().split()
+    assert own == "0"
+    assert (work / "given").read_text().startswith(f"{runner}:")
+    assert (work / "after").read_text() == "unset\n"  # never passed on to what the runner starts
+    assert "-m httk.workflow.shell_bridge --serve" in (work / "bridge.cmdline").read_text()
+    assert (work / "bridge.parent_and_group").read_text().split() == [runner, runner]
+    assert (ops.workdir(job) / "answer").read_text() == "42\n"
+    assert not ops.pid_alive(int(bridge))
+
+
+@pytest.mark.parametrize(("name", "own"), [("HTTK_WORKFLOW_PYTHON_PRELOAD", "1"),
+                                           ("HTTK_WORKFLOW_SHELL_COPROCESS", "none")])
+def test_the_off_switches_leave_the_bridge_to_the_library(ops, name, own):
+    ops.env[name] = "0"
+    job = bash_job(ops)
+    ops.run()
+    assert ops.kind(job) == "succeeded", ops.log(job)
+    assert (ops.workdir(job) / "given").read_text() == "unset\n"
+    assert (ops.workdir(job) / "serve").read_text().split()[2] == own
+    assert (ops.workdir(job) / "answer").read_text() == "42\n"
+
+
+def test_cancel_kills_a_bash_runner_and_its_pre_started_bridge(ops):
+    job = bash_job(ops, wait=True)
+    manager = ops.start("--idle")
+    ops.wait_kind(job, "running")
+    ops.wait_until(lambda: (ops.workdir(job) / "started").exists(), 30, "the runner to start")
+    bridge = int((ops.workdir(job) / "serve").read_text().split()[1])
+    process = ops.frame(job).process
+    ops.request(job, "cancel")
+    ops.wait_kind(job, "cancelled", timeout=30)
+    assert not ops.group_members(process.pgid)
+    assert not ops.pid_alive(bridge)
+    manager.signal(signal.SIGTERM)
+    assert manager.wait(20) == 0, manager.stderr

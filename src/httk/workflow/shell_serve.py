@@ -22,7 +22,10 @@ token slows calls down and never blocks or mixes them.
 
 The server exits at end of file on its stdin: when no Bash process of the runner
 holds the write end any more (the library's descriptors are close-on-exec, so the
-programs a handler runs do not). Spec 002; docs/sdks/native_bash_api.md.
+programs a handler runs do not). A manager forking runners from its preloaded
+interpreter starts this server before the runner instead
+(:func:`httk.workflow.adapters.python_zygote._exec_with_bridge`); that one also
+dies with the runner, by its death signal. Spec 002; docs/sdks/native_bash_api.md.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ reports the exact failure with status 125.
 A Python runner run by this interpreter (``(sys.executable, entry.py)``) is first
 offered to :mod:`~httk.workflow.adapters.python_preload`, which forks it from an
 interpreter that has already imported the SDK, as our child, behind the same gate,
-in its own group; when that does not qualify it is spawned as above.
+in its own group; when that does not qualify it is spawned as above. A Bash
+runner (``("bash", entry.sh)``) is offered too, for the bridge its library would
+otherwise start: the forked child starts it pre-loaded and executes ``bash``.
 """
 
 from __future__ import annotations
@@ -331,7 +333,7 @@ class LocalProcessControl:
             candidates = [os.path.join(os.fsencode(d), argv_b[0]) for d in os.get_exec_path(dict(env))]
         cwd_b, out_b, err_b = os.fsencode(cwd), os.fsencode(stdout_path), os.fsencode(stderr_path)
         gate_r, gate_w = os.pipe()  # both close-on-exec
-        if self._use_preload and argv[0] == sys.executable:
+        if self._use_preload and argv[0] in (sys.executable, "bash"):
             pid = self._preloaded(gate_r, argv, env, cwd, stdout_path, stderr_path)
             if pid is not None:
                 os.close(gate_r)
@@ -371,7 +373,7 @@ class LocalProcessControl:
 
     def _preloaded(self, gate_r: int, argv: Sequence[str], env: Mapping[str, str], cwd: str,
                    stdout: str, stderr: str) -> int | None:
-        """A Python runner forked from the preloaded interpreter, or ``None`` (logged at debug) to spawn it."""
+        """A Python (or Bash) runner forked from the preloaded interpreter, or ``None`` (logged) to spawn it."""
         if self._preload is None:
             from httk.workflow.adapters.python_preload import PythonPreload
 

@@ -18,6 +18,14 @@ caller spawns as before:
 - no zygote: not Linux, an unsupported architecture, or it failed to start or
   crashed (restarted once, then given up for this manager).
 
+A Bash runner ``("bash", entry.sh)`` qualifies too, for its bridge
+(:func:`~httk.workflow.adapters.python_zygote._exec_with_bridge`): the entry file
+calls ``httk_workflow_main`` (whose co-process the pre-started bridge replaces),
+its ``HTTK_WORKFLOW_PYTHON`` is this interpreter, ``HTTK_WORKFLOW_SHELL_COPROCESS``
+is not ``0``, and the start-up environment and limits are the zygote's as above.
+The runner itself is the same ``bash`` a spawn would execute; only its bridge
+skips the interpreter's start and the SDK's import.
+
 The zygote starts at the first qualifying launch and stops with :meth:`close`,
 at interpreter exit, when its socket reaches end-of-file, or by its death signal
 when the manager dies. Runners are the manager's children and outlive it.
@@ -53,6 +61,12 @@ START_TIMEOUT = 30.0
 ANSWER_TIMEOUT = 10.0
 #: How long a zygote being stopped after a timed-out request is given to say what it forked.
 LATE_ANSWER_WAIT = 1.0
+#: The program of a Bash runner (:func:`httk.workflow.engine.attempts.command_for`) and its entry files.
+BASH = "bash"
+BASH_SUFFIXES = (".sh", ".bash")
+#: What a Bash runner calls for the library to start its bridge; read from the entry's first bytes.
+BASH_MAIN = b"httk_workflow_main"
+BASH_SCAN_LIMIT = 1 << 20
 
 
 def startup_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -224,12 +238,14 @@ class PythonPreload:
         forked a child that waits on it (closing the write end makes that child exit 125).
         """
         self._reap_orphans()
-        reason = self._refusal(argv)
+        bash = len(argv) > 1 and argv[0] == BASH
+        reason = self._bash_refusal(argv, env) if bash else self._refusal(argv)
         zygote = self._running(env, close_fds) if reason is None else None
         if reason is None:
-            reason = self._mismatch(zygote, argv[1], env) if zygote else (self._unavailable or self._failure)
+            reason = self._mismatch(zygote, argv[1], env, bash) if zygote else (self._unavailable or self._failure)
         if reason is None and zygote is not None:
-            request = (argv[1], list(argv[2:]), dict(env), zygote.added, cwd, stdout, stderr, current_umask())
+            request = (BASH if bash else "", argv[1], list(argv[2:]), dict(env), zygote.added, cwd, stdout, stderr,
+                       current_umask())
             try:
                 return zygote.fork(gate_r, request)
             except ZygoteLost as lost:
@@ -251,13 +267,35 @@ class PythonPreload:
             return "the entry file is not a regular file"
         return None
 
-    def _mismatch(self, zygote: _Zygote, entry: str, env: Mapping[str, str]) -> str | None:
+    def _bash_refusal(self, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+        """Why a Bash runner's bridge cannot be pre-started, or ``None``."""
+        if self._unavailable is not None:
+            return self._unavailable
+        entry = argv[1]
+        if not os.path.isabs(entry) or not entry.endswith(BASH_SUFFIXES):
+            return "not an absolute path of a .sh or .bash entry file"
+        if env.get("HTTK_WORKFLOW_PYTHON") != self._python:
+            return f"its bridge is not run by this interpreter ({self._python})"
+        if env.get("HTTK_WORKFLOW_SHELL_COPROCESS", "1") == "0":
+            return "HTTK_WORKFLOW_SHELL_COPROCESS=0 asks for one interpreter per bridge call"
+        try:
+            with open(entry, "rb") as handle:
+                head = handle.read(BASH_SCAN_LIMIT)
+        except OSError as error:
+            return f"the entry file is unreadable ({error})"
+        if BASH_MAIN not in head:
+            return "the entry file does not call httk_workflow_main"
+        return None
+
+    def _mismatch(self, zygote: _Zygote, entry: str, env: Mapping[str, str], bash: bool = False) -> str | None:
         wanted = startup_env(env)
         if wanted != zygote.env:
             names = sorted(key for key in wanted.keys() | zygote.env.keys() if wanted.get(key) != zygote.env.get(key))
             return f"start-up environment differs from the zygote's: {', '.join(names)}"
         if _rlimits() != zygote.rlimits:
             return "resource limits changed since the zygote started"
+        if bash:
+            return None  # the bridge puts no directory of the runner's on sys.path
         try:
             names = os.listdir(os.path.dirname(os.path.realpath(entry)))
         except OSError as error:

@@ -17,11 +17,23 @@ and executes the entry file as ``__main__`` at the bottom of this stack, so the
 interpreter's own exit handling applies unchanged (``SystemExit``, a traceback
 and status 1, ``KeyboardInterrupt`` re-raising SIGINT, atexit, thread join,
 flushing). Tracebacks are shown without the frames of this module.
+
+A Bash runner that calls ``httk_workflow_main`` is forked the same way, with a
+program to execute (``bash``) in the request: the child sets up the gate, logs,
+workdir and umask as above, forks its **pre-started bridge** (a child of its own,
+in its group, already holding the SDK: ``python -m httk.workflow.shell_bridge
+--serve`` without the interpreter's start and imports), puts the default signal
+dispositions back and executes ``bash entry.sh`` with the bridge's two pipes
+named in ``HTTK_WORKFLOW_BRIDGE`` (``RUNNER_PID:REQUEST_FD:REPLY_FD:BRIDGE_PID``).
+The library adopts them in place of starting its co-process
+(docs/sdks/native_bash_api.md); the bridge dies with the runner (its death signal)
+or at end-of-file on its requests.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import gc
 import importlib
 import importlib.machinery
@@ -63,7 +75,17 @@ ZYGOTE_CODE = (
 
 #: Imported once here so that a runner finds them loaded: ``from httk.workflow import Runner`` and what
 #: ``Runner.main`` imports on first use (the document converter, logging, tracebacks).
-PRELOAD_MODULES = ("httk.workflow.sdk", "cattrs", "logging", "traceback", "textwrap", "dataclasses", "string")
+PRELOAD_MODULES = ("httk.workflow.sdk", "cattrs", "logging", "traceback", "textwrap", "dataclasses", "string",
+                   # A Bash runner's pre-started bridge: the server, its commands and the filesystem they write with.
+                   "httk.workflow.shell_bridge", "httk.workflow.shell_serve", "httk.workflow.adapters.fs_posix")
+#: Where a Bash runner's bridge pipes are put: above the descriptors a script names itself (``exec 3>log``)
+#: and below Bash's own (``{name}`` from 10 up is per script; 255 holds the script).
+BRIDGE_FD_BASE = 200
+#: The environment name that hands a Bash runner its pre-started bridge (shell/httk-workflow.sh reads it).
+BRIDGE_ENV = "HTTK_WORKFLOW_BRIDGE"
+#: What Python changes at start-up that a spawned runner has at its default (the manager resets the rest).
+_PYTHON_SET_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGINT")
+                            if hasattr(signal, name))
 
 
 def _warm() -> None:
@@ -220,14 +242,18 @@ def _serve(control: socket.socket, libc: Any, clone: Callable[[], int]) -> tuple
         control.send(marshal.dumps(("pid", pid)))
 
 
-def _fail(message: str) -> None:
-    os.write(2, f"httk-workflow: cannot execute python runner: {message}\n".encode(errors="replace"))
+def _fail(message: str, what: str = "python runner") -> None:
+    os.write(2, f"httk-workflow: cannot execute {what}: {message}\n".encode(errors="replace"))
     os._exit(GATE_CLOSED_STATUS)
 
 
 def _run_runner(request: tuple[Any, ...], gate: int) -> None:
-    """In the child: the gate, then the process a fresh ``python entry.py`` would be, then the entry file."""
-    entry, args, env, added, cwd, stdout, stderr, umask = request  # added: what a start adds, see main()
+    """In the child: the gate, then the process a fresh ``python entry.py`` would be, then the entry file.
+
+    With a ``program`` in the request (a Bash runner), the process ``program entry.sh`` would be
+    instead, with its pre-started bridge (:func:`_exec_with_bridge`).
+    """
+    program, entry, args, env, added, cwd, stdout, stderr, umask = request  # added: see main()
     os.setpgid(0, 0)
     # The gated shell dies of SIGINT while it waits; Python's handler comes back once the runner starts.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -249,7 +275,9 @@ def _run_runner(request: tuple[Any, ...], gate: int) -> None:
                 os.close(fd)
         os.chdir(cwd)
     except OSError as error:
-        _fail(f"{error.strerror} ({error.filename})")
+        _fail(f"{error.strerror} ({error.filename})", "runner" if program else "python runner")
+    if program:
+        _exec_with_bridge(program, entry, args, env, added)
     _reopen_stdio()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()  # through putenv/unsetenv: what the runner's own children inherit too
@@ -283,6 +311,72 @@ def _run_runner(request: tuple[Any, ...], gate: int) -> None:
     except BaseException:
         _hide_own_frames(entry)
         raise
+
+
+def _exec_with_bridge(program: str, entry: str, args: list[str], env: dict[str, str], added: dict[str, str]) -> None:
+    """Fork this runner's bridge, then become ``program entry ARGS`` as a spawned runner would start; never returns."""
+    pipes = os.pipe(), os.pipe()  # (requests: the runner writes), (replies: the bridge writes)
+    (request_r, request_w), (reply_r, reply_w) = pipes
+    # Kept across exec (F_DUPFD is not close-on-exec), high enough that a script's own `exec 3>...` misses them.
+    request_fd = fcntl.fcntl(request_w, fcntl.F_DUPFD, BRIDGE_FD_BASE)
+    reply_fd = fcntl.fcntl(reply_r, fcntl.F_DUPFD, BRIDGE_FD_BASE)
+    os.close(request_w)
+    os.close(reply_r)
+    runner = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    bridge = os.fork()
+    if bridge == 0:
+        os.close(request_fd)
+        os.close(reply_fd)
+        try:
+            status = _serve_bridge(runner, request_r, reply_w, env, added)
+        except BaseException:  # noqa: BLE001 - the runner sees end-of-file and says the co-process ended
+            status = 2
+        os._exit(status)
+    os.close(request_r)
+    os.close(reply_w)
+    for signum in _PYTHON_SET_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    env = {**env, BRIDGE_ENV: f"{runner}:{request_fd}:{reply_fd}:{bridge}"}
+    try:
+        os.execvpe(program, [program, entry, *args], env)
+    except OSError as error:
+        os.kill(bridge, signal.SIGKILL)
+        _fail(f"{error.strerror} ({program})", "runner")
+
+
+def _serve_bridge(runner: int, requests: int, replies: int, env: dict[str, str], added: dict[str, str]) -> int:
+    """In the runner's child: what ``python -m httk.workflow.shell_bridge --serve`` does once started."""
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != runner:
+        return 0  # the runner ended before the death signal was armed
+    os.dup2(requests, 0)
+    os.dup2(replies, 1)
+    os.dup2(2, 3)  # serve() takes its stderr from 3, where the library's co-process keeps it
+    highest = os.sysconf("SC_OPEN_MAX")
+    os.closerange(4, highest if highest > 0 else 65536)
+    os.environ.clear()
+    os.environ.update(env)
+    os.environ.update(added)
+    time.tzset()
+    from httk.workflow import shell_bridge
+
+    argv = [sys.executable, "-m", "httk.workflow.shell_bridge", "--serve"]
+    sys.argv, sys.orig_argv = [shell_bridge.__file__ or "-m", "--serve"], argv
+    _show(libc, argv, env)  # ps shows what it is
+    _reopen_stdio()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return shell_bridge.main(["--serve"])
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
 
 
 def _reopen_stdio() -> None:
