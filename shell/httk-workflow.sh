@@ -146,10 +146,27 @@ _httk_serve_stop() {
     if ((_HTTK_SERVE_OWN)); then
         wait "$_HTTK_SERVE_PID" 2>/dev/null
     else
-        # A pre-started bridge is not this shell's to wait for: its replies end when it has exited.
+        # A pre-started bridge is not this shell's to wait for: its replies end as it exits, and it leaves
+        # the runner's group (a zombie, for this shell to reap) a moment later. A manager that found it still
+        # there after the runner ended would kill the group and warn, so the runner ends only after it.
         IFS= read -r -d '' -t 5 -u "$_HTTK_SERVE_OUT" rest 2>/dev/null
+        _httk_await_exit "$_HTTK_SERVE_PID"
     fi
     _HTTK_SERVE_PID=
+}
+
+# Returns once process PID is gone or a zombie, or after 2 s (Bash has no sleep of its own: this polls).
+_httk_await_exit() {
+    local stat start=${EPOCHREALTIME:-} now tries=0
+    start=${start/,/.}
+    while IFS= read -r stat 2>/dev/null <"/proc/$1/stat" && [[ ${stat##*) } != [ZX]* ]]; do
+        if [[ -n $start ]]; then
+            now=${EPOCHREALTIME/,/.}
+            (( ${now/./} - ${start/./} < 2000000 )) || return 0
+        elif ((++tries > 100000)); then
+            return 0
+        fi
+    done
 }
 
 _httk_main_exit() {

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from shell_support import TIMEOUT, bash_env
+from shell_support import LIB, TIMEOUT, bash_env
 
 COPROCESS = "--serve"
 
@@ -342,3 +342,21 @@ def test_a_traced_handler_does_not_print_the_environment(make_attempt, runners, 
     assert result.returncode == 0, result.stderr
     assert "httk_workflow_state_set k 1" in result.stderr and "s3cr3t-value" not in result.stderr
     assert attempt.outcome()["action"] == "succeed"
+
+
+def test_stopping_a_pre_started_bridge_waits_until_it_has_left_the_group(tmp_path):
+    # A stand-in bridge that closes its replies on "stop" and only then exits, 0.3 s later: the runner
+    # may end only after it, or a manager would find the group still populated and kill it.
+    script = tmp_path / "stop.sh"
+    script.write_text(f"""source "{LIB}"
+coproc FAKE {{ read -r line; exec >&- ; sleep 0.3; }}
+mkfifo "{tmp_path}/lock"; exec {{_HTTK_SERVE_LOCK}}<>"{tmp_path}/lock"; printf T >&"$_HTTK_SERVE_LOCK"
+exec {{_HTTK_SERVE_IN}}>&"${{FAKE[1]}}" {{_HTTK_SERVE_OUT}}<&"${{FAKE[0]}}"
+_HTTK_SERVE_PID=$FAKE_PID _HTTK_SERVE_OWN=0
+pid=$FAKE_PID
+_httk_serve_stop
+read -r stat 2>/dev/null < "/proc/$pid/stat" && [[ ${{stat##*) }} != [ZX]* ]] && echo "still running"
+echo stopped
+""")
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "stopped\n", "")
