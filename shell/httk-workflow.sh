@@ -66,27 +66,36 @@ _httk_bridge() {
 # of its own. A one-byte token in a FIFO serializes callers: a call that cannot take it
 # within 50 ms (a concurrent call, or a holder killed mid-call) runs one-shot instead.
 
-# The pre-started bridge is taken at once into descriptors of the library's own, out of the way of
-# the script's (programs the runner starts inherit them, as Bash marks no descriptor close-on-exec;
-# the bridge still ends with the runner, by its death signal). The variable is this process's
-# alone (a runner started by this one must not read it), so it is unset either way.
-_HTTK_BRIDGE_PID= _HTTK_BRIDGE_IN= _HTTK_BRIDGE_OUT=
-_httk_bridge_adopt() {
-    local spec=${HTTK_WORKFLOW_BRIDGE-} given_in given_out
+# The pre-started bridge is this process's alone (a runner started by this one must not take it), so
+# its variable is unset at once and its pid checked. Its descriptors are taken only by
+# httk_workflow_main, as a co-process's are made only there; until then (and after, as Bash can
+# set close-on-exec on no descriptor it inherited) programs the runner starts inherit them, which
+# keeps nothing alive: the bridge ends with the runner, by its death signal. Sourcing again keeps it.
+: "${_HTTK_BRIDGE=}"
+if [[ -n ${HTTK_WORKFLOW_BRIDGE-} ]]; then
+    [[ $HTTK_WORKFLOW_BRIDGE =~ ^([0-9]+):[0-9]+:[0-9]+:[0-9]+$ && ${BASH_REMATCH[1]} == "$BASHPID" ]] &&
+        _HTTK_BRIDGE=$HTTK_WORKFLOW_BRIDGE
     unset HTTK_WORKFLOW_BRIDGE
-    [[ $spec =~ ^([0-9]+):([0-9]+):([0-9]+):([0-9]+)$ && ${BASH_REMATCH[1]} == "$BASHPID" ]] || return 0
-    given_in=${BASH_REMATCH[2]} given_out=${BASH_REMATCH[3]}
-    [[ -p /dev/fd/$given_in && -p /dev/fd/$given_out ]] || return 0
-    _HTTK_BRIDGE_PID=${BASH_REMATCH[4]}
-    exec {_HTTK_BRIDGE_IN}>&"$given_in" {_HTTK_BRIDGE_OUT}<&"$given_out" {given_in}>&- {given_out}<&-
-}
-_httk_bridge_adopt
+fi
 
-# Closing its requests ends a pre-started bridge that will not be used.
+# Takes the pre-started bridge as the co-process: status 1 when there is none (or its pipes are gone).
+_httk_bridge_take() {
+    local pid given_in given_out rest
+    IFS=: read -r pid given_in given_out rest <<<"$_HTTK_BRIDGE"
+    _HTTK_BRIDGE=
+    [[ -n $rest && -p /dev/fd/$given_in && -p /dev/fd/$given_out ]] || return 1
+    _HTTK_SERVE_PID=$rest _HTTK_SERVE_IN=$given_in _HTTK_SERVE_OUT=$given_out _HTTK_SERVE_OWN=0
+}
+
+# Ends a pre-started bridge that will not be used: at end-of-file on its requests it exits.
 _httk_bridge_release() {
-    [[ -n $_HTTK_BRIDGE_PID ]] || return 0
-    exec {_HTTK_BRIDGE_IN}>&- {_HTTK_BRIDGE_OUT}<&-
-    _HTTK_BRIDGE_PID= _HTTK_BRIDGE_IN= _HTTK_BRIDGE_OUT=
+    local pid given_in given_out rest
+    [[ -n $_HTTK_BRIDGE ]] || return 0
+    IFS=: read -r pid given_in given_out rest <<<"$_HTTK_BRIDGE"
+    _HTTK_BRIDGE=
+    [[ -p /dev/fd/$given_in ]] || return 0
+    exec {given_in}>&- {given_out}<&-
+    _httk_await_exit "$rest"
 }
 
 _httk_serve_start() {
@@ -96,11 +105,7 @@ _httk_serve_start() {
         _httk_bridge_release
         return 0
     fi
-    if [[ -n $_HTTK_BRIDGE_PID ]]; then
-        _HTTK_SERVE_PID=$_HTTK_BRIDGE_PID _HTTK_SERVE_IN=$_HTTK_BRIDGE_IN _HTTK_SERVE_OUT=$_HTTK_BRIDGE_OUT
-        _HTTK_SERVE_OWN=0
-        _HTTK_BRIDGE_PID= _HTTK_BRIDGE_IN= _HTTK_BRIDGE_OUT=
-    else
+    if [[ -z $_HTTK_BRIDGE ]] || ! _httk_bridge_take; then
         # Start-up is silent (fd 3 keeps stderr for later): if it fails, every call runs one-shot and says why.
         coproc _HTTK_COPROC {
             exec 3>&2 2>/dev/null
@@ -155,22 +160,20 @@ _httk_serve_stop() {
     _HTTK_SERVE_PID=
 }
 
-# Returns once process PID is gone or a zombie, or after 2 s (Bash has no sleep of its own: this polls).
+# Returns once process PID is gone or a zombie, or after about 1 s. It is about to exit when this is
+# called, so the first polls are back to back; later ones are paced by sleep(1).
 _httk_await_exit() {
-    local stat start=${EPOCHREALTIME:-} now tries=0
-    start=${start/,/.}
+    local stat tries=0
     while IFS= read -r stat 2>/dev/null <"/proc/$1/stat" && [[ ${stat##*) } != [ZX]* ]]; do
-        if [[ -n $start ]]; then
-            now=${EPOCHREALTIME/,/.}
-            (( ${now/./} - ${start/./} < 2000000 )) || return 0
-        elif ((++tries > 100000)); then
-            return 0
-        fi
+        ((++tries <= 200)) && continue
+        ((tries <= 300)) || return 0
+        sleep 0.01
     done
 }
 
 _httk_main_exit() {
     _httk_serve_stop
+    _httk_bridge_release
     exit "$1"
 }
 
@@ -356,11 +359,11 @@ httk_workflow_main() {
     done
     if ((!describe && $#)); then
         printf 'usage: %s [--describe] (unexpected arguments: %s)\n' "$0" "$*" >&2
-        exit 2
+        _httk_main_exit 2
     fi
     if [[ -z ${HTTK_WORKFLOW_BASH_WORKFLOW:-} ]]; then
         echo "httk_workflow_main: no workflow declared: call httk_workflow_runner WORKFLOW STEP... first" >&2
-        exit 2
+        _httk_main_exit 2
     fi
     IFS=' ' read -ra steps <<<"${HTTK_WORKFLOW_BASH_STEPS:-}"
     for step in "${steps[@]}"; do
@@ -368,11 +371,11 @@ httk_workflow_main() {
     done
     if [[ -n $missing ]]; then
         echo "httk_workflow_main: declared steps without a handler function:$missing" >&2
-        exit 2
+        _httk_main_exit 2
     fi
     if ((describe)); then
         _httk_bridge describe
-        exit
+        _httk_main_exit "$?"
     fi
     _httk_serve_start
     step=$(_httk_bridge begin)

@@ -334,8 +334,9 @@ BASH_PROBE = r"""# a runner of httk_workflow_main
 given=${HTTK_WORKFLOW_BRIDGE-unset}
 source "$HTTK_WORKFLOW_SHELL_LIB"
 read -r -a stat < /proc/$$/stat
-printf 'given=%s\n' "${given%%:*}"
-printf 'bridge=%s\n' "${_HTTK_BRIDGE_PID:+yes}"
+[[ ${given%%:*} == "$$" ]] && given=this || given=${given%%:*}
+printf 'given=%s\n' "$given"
+printf 'bridge=%s\n' "${_HTTK_BRIDGE:+yes}"
 printf 'argv=%s\n' "$0 $*"
 printf 'pgid_is_pid=%s ppid=%s cwd=%s umask=%s\n' "$((stat[4] == $$))" "$PPID" "$PWD" "$(umask)"
 grep -E '^Sig(Ign|Blk)' /proc/$$/status
@@ -373,11 +374,10 @@ def test_a_bash_runner_with_a_pre_started_bridge_is_the_bash_a_spawn_starts(prel
     assert "python preload not used" not in caplog.text
     assert (code, err) == (0, "") and expected[0] == 0, (out, err, expected)
     lines, expected_lines = out.splitlines(), expected[1].splitlines()
-    assert lines[:2] == [f"given={lines[0].removeprefix('given=')}", "bridge=yes"]
-    assert lines[0].removeprefix("given=").isdigit()  # named this runner's pid
+    assert lines[:2] == ["given=this", "bridge=yes"]  # named this runner's pid, kept by the library
     assert expected_lines[:2] == ["given=unset", "bridge="]
-    # A program the runner runs inherits the library's two bridge pipes (Bash cannot mark a descriptor
-    # close-on-exec); everything else, signal dispositions included, is the same.
+    # A program the runner runs inherits the bridge's two pipes (Bash cannot set close-on-exec on a
+    # descriptor it inherited); everything else, signal dispositions included, is the same.
     *same, inherited = lines[2:]
     *expected_same, expected_inherited = expected_lines[2:]
     assert same == expected_same
@@ -411,16 +411,21 @@ def test_a_bash_runner_not_calling_main_gets_no_bridge(preloaded, tmp_path, capl
     assert preloaded.python_preload is None or preloaded.python_preload.zygote_pid is None
 
 
-def test_an_unused_pre_started_bridge_ends_with_its_runner(preloaded, tmp_path):
-    # Sourced, never served: the runner's exit closes the bridge's requests (and its death signal is armed).
+def test_an_unused_pre_started_bridge_dies_with_its_runner(preloaded, tmp_path):
+    # Sourced, never served, and a program left running holds the bridge's requests open: only its death
+    # signal can end it when the runner exits.
     (tmp_path / "run.sh").write_text('# httk_workflow_main\nsource "$HTTK_WORKFLOW_SHELL_LIB"\n'
-                                     'echo "$_HTTK_BRIDGE_PID"\n')
+                                     'sleep 30 & echo "${_HTTK_BRIDGE##*:} $!"\n')
     process = preloaded.launch(["bash", str(tmp_path / "run.sh")], cwd=str(tmp_path), env=BASH_ENV,
                                stdout_path=str(tmp_path / "out.log"), stderr_path=str(tmp_path / "err.log"))
     process.release()
-    assert process.wait(30) == 0
-    bridge = int((tmp_path / "out.log").read_text())
-    deadline = time.monotonic() + 10
-    while process_groups.read_stat(bridge) is not None and process_groups.read_stat(bridge)[0] != "Z":
-        assert time.monotonic() < deadline, "the bridge outlived its runner"
-        time.sleep(0.05)
+    try:
+        assert process.wait(30) == 0
+        bridge, holder = (int(word) for word in (tmp_path / "out.log").read_text().split())
+        assert len(os.listdir(f"/proc/{holder}/fd")) > 3  # it holds the pipes
+        deadline = time.monotonic() + 10
+        while process_groups.read_stat(bridge) is not None and process_groups.read_stat(bridge)[0] != "Z":
+            assert time.monotonic() < deadline, "the bridge outlived its runner"
+            time.sleep(0.05)
+    finally:
+        process_groups.signal_group(process.identity.pgid, signal.SIGKILL)

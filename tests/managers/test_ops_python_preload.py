@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from runner_support import SUCCEED
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux only")
 
 RUNNER = """import os, sys, time
@@ -134,6 +136,7 @@ BASH_RUNNER = r"""#!/usr/bin/env bash
 set -euo pipefail
 printf '%s\n' "${HTTK_WORKFLOW_BRIDGE-unset}" > given
 source "$HTTK_WORKFLOW_SHELL_LIB"
+{before}
 httk_workflow_runner ops main
 step_main() {
     printf '%s\n' "${HTTK_WORKFLOW_BRIDGE-unset}" > after
@@ -144,7 +147,12 @@ step_main() {
         printf '%s %s\n' "${stat[3]}" "${stat[4]}" > bridge.parent_and_group
     fi
     httk_workflow_state_set answer 42
-    httk_workflow_state_get answer > answer
+    mkdir -p sub && cd sub
+    httk_workflow_state_get answer > ../answer
+    cd ..
+    # A served call moved the bridge into the caller's directory; a one-shot call leaves it where it was.
+    [[ -z ${_HTTK_SERVE_PID:-} ]] || readlink "/proc/$_HTTK_SERVE_PID/cwd" > bridge.cwd
+    printf '%s\n' "${_HTTK_SERVE_LOCK:+token}" > lock
     touch started
     for _ in $(seq 1 600); do [[ {wait} == 0 || -e go ]] && break; sleep 0.1; done
     httk_workflow_succeed
@@ -153,23 +161,64 @@ httk_workflow_main "$@"
 """
 
 
-def bash_job(ops, *, wait: bool = False) -> str:
-    return ops.job(BASH_RUNNER.replace("{wait}", "1" if wait else "0"), runner_path="run.bash")
+def bash_job(ops, *, wait: bool = False, before: str = "") -> str:
+    body = BASH_RUNNER.replace("{wait}", "1" if wait else "0").replace("{before}", before)
+    return ops.job(body, runner_path="run.bash")
 
 
-def test_a_bash_runner_gets_its_bridge_pre_started_in_its_own_group(ops):
+def bridges(ops) -> list[int]:
+    """Live bridge servers of this test's runners (their environment names this test's XDG home)."""
+    needle = f"XDG_DATA_HOME={ops.tmp / 'xdg'}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            environ = Path(f"/proc/{name}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"shell_bridge\0--serve" in cmdline and needle in environ.split(b"\0") and ops.pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def served(ops, job: str) -> bool:
+    """Whether the job's calls were answered by its bridge (not one-shot) and the bridge was pre-started."""
+    work = ops.workdir(job)
+    own = (work / "serve").read_text().split()[2]
+    moved = (work / "bridge.cwd").exists() and (work / "bridge.cwd").read_text().strip() == str(work / "sub")
+    return own == "0" and moved and (work / "lock").read_text() == "token\n"
+
+
+def test_a_bash_runner_gets_its_bridge_pre_started_in_the_runners_group(ops):
     job = bash_job(ops)
-    ops.run()
+    manager = ops.run()
     assert ops.kind(job) == "succeeded", ops.log(job)
     work = ops.workdir(job)
-    runner, bridge, own = (work / "serve").read_text().split()
-    assert own == "0"
+    runner, bridge, _own = (work / "serve").read_text().split()
+    assert served(ops, job)
     assert (work / "given").read_text().startswith(f"{runner}:")
     assert (work / "after").read_text() == "unset\n"  # never passed on to what the runner starts
     assert "-m httk.workflow.shell_bridge --serve" in (work / "bridge.cmdline").read_text()
     assert (work / "bridge.parent_and_group").read_text().split() == [runner, runner]
-    assert (ops.workdir(job) / "answer").read_text() == "42\n"
+    assert (work / "answer").read_text() == "42\n"
     assert not ops.pid_alive(int(bridge))
+    assert "lives on" not in manager.stderr
+
+
+def test_sourcing_the_library_again_keeps_the_pre_started_bridge(ops):
+    job = bash_job(ops, before='source "$HTTK_WORKFLOW_SHELL_LIB"')
+    ops.run()
+    assert ops.kind(job) == "succeeded", ops.log(job)
+    assert served(ops, job)
+
+
+def test_a_start_up_setting_changed_before_main_makes_the_calls_one_shot(ops):
+    # As from a co-process started at main: the pre-started bridge was not started this way.
+    job = bash_job(ops, before="export PYTHONIOENCODING=latin-1")
+    ops.run()
+    assert ops.kind(job) == "succeeded", ops.log(job)
+    assert not served(ops, job)
+    assert (ops.workdir(job) / "answer").read_text() == "42\n"
 
 
 @pytest.mark.parametrize(("name", "own"), [("HTTK_WORKFLOW_PYTHON_PRELOAD", "1"),
@@ -184,11 +233,31 @@ def test_the_off_switches_leave_the_bridge_to_the_library(ops, name, own):
     assert (ops.workdir(job) / "answer").read_text() == "42\n"
 
 
+@pytest.mark.parametrize("ending", ["false  # set -e: the runner fails before main",
+                                    "httk_workflow_main unexpected  # main refuses at once"])
+def test_a_runner_ending_before_it_used_its_bridge_leaves_no_stray(ops, ending):
+    job = bash_job(ops, before=f"httk_workflow_runner ops main\n{ending}")
+    manager = ops.run()
+    assert ops.kind(job) == "failed"
+    assert (ops.workdir(job) / "given").read_text() != "unset\n"
+    assert "lives on" not in manager.stderr
+    assert not bridges(ops)
+
+
+def test_a_real_stray_is_still_killed_and_named(ops):
+    job = ops.job('sleep 60 & echo $! > "$HTTK_WORKFLOW_WORKDIR/stray"\n' + SUCCEED)
+    manager = ops.run()
+    assert ops.kind(job) == "succeeded"
+    assert "runner exited but its process group" in manager.stderr
+    assert not ops.pid_alive(int((ops.workdir(job) / "stray").read_text()))
+
+
 def test_cancel_kills_a_bash_runner_and_its_pre_started_bridge(ops):
     job = bash_job(ops, wait=True)
     manager = ops.start("--idle")
     ops.wait_kind(job, "running")
     ops.wait_until(lambda: (ops.workdir(job) / "started").exists(), 30, "the runner to start")
+    assert served(ops, job)
     bridge = int((ops.workdir(job) / "serve").read_text().split()[1])
     process = ops.frame(job).process
     ops.request(job, "cancel")

@@ -21,11 +21,12 @@ token (a concurrent call, or a holder killed mid-call) runs one-shot, so a lost
 token slows calls down and never blocks or mixes them.
 
 The server exits at end of file on its stdin: when no Bash process of the runner
-holds the write end any more (the library's descriptors are close-on-exec, so the
-programs a handler runs do not). A manager forking runners from its preloaded
-interpreter starts this server before the runner instead
-(:func:`httk.workflow.adapters.python_zygote._exec_with_bridge`); that one also
-dies with the runner, by its death signal. Spec 002; docs/sdks/native_bash_api.md.
+holds the write end any more (a co-process's descriptors are close-on-exec, so the
+programs a handler runs do not hold them). A manager forking runners from its
+preloaded interpreter starts this server before the runner instead
+(:func:`httk.workflow.adapters.python_zygote._exec_with_bridge`); programs the
+runner starts do inherit that one's pipes, so it also dies with the runner, by
+its death signal. Spec 002; docs/sdks/native_bash_api.md.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ INLINE_LIMIT = 16384
 #: Commands that must own the caller's real stdin/stdout/stderr, or (``vasp_run``) supervise a program for
 #: hours in a process of their own; the library never sends them.
 ONE_SHOT = frozenset({"run", "batch", "describe", "vasp_run"})
-#: Variables an interpreter reads at start-up (its path, encoding, locale): a call whose values differ
-#: from the co-process's own start is run one-shot, in an interpreter started the way it asks.
-_INTERPRETER_PREFIXES = ("PYTHON", "LC_", "LANG", "HTTK_WORKFLOW_PYTHON")
+#: Variables an interpreter reads at start-up (its path, encoding, locale) or once (``TMPDIR``, where
+#: the lock and spills go): a call whose values differ from the co-process's own start is run one-shot,
+#: in an interpreter started the way it asks.
+_INTERPRETER_PREFIXES = ("PYTHON", "LC_", "LANG", "HTTK_WORKFLOW_PYTHON", "TMPDIR")
 
 
-def _interpreter_environment(environ: dict[str, str]) -> dict[str, str]:
+def interpreter_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The part of ``environ`` that must match the co-process's own start for a call to be served."""
     return {name: value for name, value in environ.items() if name.startswith(_INTERPRETER_PREFIXES)}
 
 
@@ -120,6 +123,7 @@ class Server:
         dispatch: Callable[..., int],
         session_factory: Callable[[TextIO], object],
         command_name: Callable[[str], str],
+        started: dict[str, str] | None = None,
     ) -> None:
         import tempfile
 
@@ -134,8 +138,9 @@ class Server:
         self.errors = sys.stdout.errors or "strict"
         self.error_errors = sys.stderr.errors or "backslashreplace"
         #: What the first call (``begin``, sent from where this process was started) said; not this
-        #: process's own environment, which Python may have changed (PEP 538 locale coercion).
-        self.started: dict[str, str] | None = None
+        #: process's own environment, which Python may have changed (PEP 538 locale coercion). A server
+        #: started before the runner is given the environment it was started with instead.
+        self.started: dict[str, str] | None = started
 
     def serve(self, reader: _Reader) -> int:
         _write_all(os.fsencode(self.lock) + b"\0")
@@ -169,7 +174,7 @@ class Server:
 
     def answer(self, umask: int, cwd: str, environ: dict[str, str], args: list[str]) -> bytes:
         """Run one call in the caller's environment, directory and umask; the reply's bytes."""
-        interpreter = _interpreter_environment(environ)
+        interpreter = interpreter_environment(environ)
         if self.started is None:
             self.started = interpreter
         if not args or self.command_name(args[0]) in ONE_SHOT or interpreter != self.started:
@@ -208,9 +213,14 @@ class Server:
 
 
 def serve(
-    dispatch: Callable[..., int], session_factory: Callable[[TextIO], object], command_name: Callable[[str], str]
+    dispatch: Callable[..., int], session_factory: Callable[[TextIO], object], command_name: Callable[[str], str],
+    started: dict[str, str] | None = None,
 ) -> int:
-    """Entry point of ``--serve``: the library started this process with its real stderr as fd 3."""
+    """Entry point of ``--serve``: the library started this process with its real stderr as fd 3.
+
+    ``started``: the start-up part of the environment this server was started with
+    (:func:`interpreter_environment`), when that is not what the first call sends.
+    """
     try:
         os.dup2(3, 2)  # start-up is silent (a failure falls back to one-shot calls); now errors may show
     except OSError:
@@ -218,4 +228,4 @@ def serve(
     # Hold none of the runner's other descriptors: a pipe someone waits on must not outlive its writer.
     os.closerange(3, 1024)
     sys.stdin = open(os.devnull)  # the protocol owns fd 0; no command may read it
-    return Server(dispatch, session_factory, command_name).serve(_Reader(0))
+    return Server(dispatch, session_factory, command_name, started).serve(_Reader(0))

@@ -25,9 +25,10 @@ in its group, already holding the SDK: ``python -m httk.workflow.shell_bridge
 --serve`` without the interpreter's start and imports), puts the default signal
 dispositions back and executes ``bash entry.sh`` with the bridge's two pipes
 named in ``HTTK_WORKFLOW_BRIDGE`` (``RUNNER_PID:REQUEST_FD:REPLY_FD:BRIDGE_PID``).
-The library adopts them in place of starting its co-process
-(docs/sdks/native_bash_api.md); the bridge dies with the runner (its death signal)
-or at end-of-file on its requests.
+``httk_workflow_main`` uses them in place of starting its co-process
+(docs/sdks/native_bash_api.md); the bridge ends when told to stop, at end-of-file
+on its requests, or with the runner (its death signal). Without pipes or a
+process to spare the runner is executed without a bridge and its library starts one.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ import platform
 import signal
 import socket
 import sys
+import tempfile
 import time
+import traceback
 import types
 from collections.abc import Callable
 from typing import Any
@@ -314,37 +317,62 @@ def _run_runner(request: tuple[Any, ...], gate: int) -> None:
 
 
 def _exec_with_bridge(program: str, entry: str, args: list[str], env: dict[str, str], added: dict[str, str]) -> None:
-    """Fork this runner's bridge, then become ``program entry ARGS`` as a spawned runner would start; never returns."""
-    pipes = os.pipe(), os.pipe()  # (requests: the runner writes), (replies: the bridge writes)
-    (request_r, request_w), (reply_r, reply_w) = pipes
-    # Kept across exec (F_DUPFD is not close-on-exec), high enough that a script's own `exec 3>...` misses them.
-    request_fd = fcntl.fcntl(request_w, fcntl.F_DUPFD, BRIDGE_FD_BASE)
-    reply_fd = fcntl.fcntl(reply_r, fcntl.F_DUPFD, BRIDGE_FD_BASE)
-    os.close(request_w)
-    os.close(reply_r)
+    """Fork this runner's bridge, then become ``program entry ARGS`` as a spawned runner would start; never returns.
+
+    Without pipes or a process for the bridge (descriptor or process limits) the runner is executed
+    without one: its library starts the co-process itself, as under a spawn.
+    """
     runner = os.getpid()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    bridge = os.fork()
-    if bridge == 0:
-        os.close(request_fd)
-        os.close(reply_fd)
-        try:
-            status = _serve_bridge(runner, request_r, reply_w, env, added)
-        except BaseException:  # noqa: BLE001 - the runner sees end-of-file and says the co-process ended
-            status = 2
-        os._exit(status)
-    os.close(request_r)
-    os.close(reply_w)
+    bridge = 0
+    try:
+        request_fd, reply_fd, bridge = _fork_bridge(runner, env, added)
+    except OSError:
+        pass
     for signum in _PYTHON_SET_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    env = {**env, BRIDGE_ENV: f"{runner}:{request_fd}:{reply_fd}:{bridge}"}
+    if bridge:
+        env = {**env, BRIDGE_ENV: f"{runner}:{request_fd}:{reply_fd}:{bridge}"}
     try:
         os.execvpe(program, [program, entry, *args], env)
     except OSError as error:
-        os.kill(bridge, signal.SIGKILL)
+        if bridge:
+            os.kill(bridge, signal.SIGKILL)
         _fail(f"{error.strerror} ({program})", "runner")
+
+
+def _fork_bridge(runner: int, env: dict[str, str], added: dict[str, str]) -> tuple[int, int, int]:
+    """The runner's ends of the bridge's pipes (requests, replies) and the bridge's pid; ``OSError`` leaves none."""
+    opened: list[int] = []
+    try:
+        request_r, request_w = os.pipe()  # the runner writes requests
+        opened += (request_r, request_w)
+        reply_r, reply_w = os.pipe()  # the bridge writes replies
+        opened += (reply_r, reply_w)
+        # Kept across exec (F_DUPFD is not close-on-exec), high enough that a script's own `exec 3>...` misses them.
+        request_fd = fcntl.fcntl(request_w, fcntl.F_DUPFD, BRIDGE_FD_BASE)
+        opened.append(request_fd)
+        reply_fd = fcntl.fcntl(reply_r, fcntl.F_DUPFD, BRIDGE_FD_BASE)
+        opened.append(reply_fd)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        bridge = os.fork()
+    except OSError:
+        for fd in opened:
+            os.close(fd)
+        raise
+    if bridge == 0:
+        for fd in (request_w, reply_r, request_fd, reply_fd):
+            os.close(fd)
+        try:
+            status = _serve_bridge(runner, request_r, reply_w, env, added)
+        except BaseException:  # noqa: BLE001 - shown where a co-process's would be; the runner sees end-of-file
+            traceback.print_exc()
+            status = 2
+        os._exit(status)
+    for fd in (request_r, request_w, reply_r, reply_w):
+        os.close(fd)
+    return request_fd, reply_fd, bridge
 
 
 def _serve_bridge(runner: int, requests: int, replies: int, env: dict[str, str], added: dict[str, str]) -> int:
@@ -362,7 +390,8 @@ def _serve_bridge(runner: int, requests: int, replies: int, env: dict[str, str],
     os.environ.update(env)
     os.environ.update(added)
     time.tzset()
-    from httk.workflow import shell_bridge
+    tempfile.tempdir = None  # chosen again from this environment's TMPDIR, as a fresh interpreter would
+    from httk.workflow import shell_bridge, shell_serve
 
     argv = [sys.executable, "-m", "httk.workflow.shell_bridge", "--serve"]
     sys.argv, sys.orig_argv = [shell_bridge.__file__ or "-m", "--serve"], argv
@@ -370,7 +399,10 @@ def _serve_bridge(runner: int, requests: int, replies: int, env: dict[str, str],
     _reopen_stdio()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return shell_bridge.main(["--serve"])
+        # The calls are compared with how this server was started, not with the first call: a runner that
+        # changed PYTHONIOENCODING, say, before httk_workflow_main gets one-shot calls, as from a co-process.
+        started = shell_serve.interpreter_environment(env)
+        return shell_serve.serve(shell_bridge.dispatch, shell_bridge.Session, shell_bridge.command_name, started)
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:

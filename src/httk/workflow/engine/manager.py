@@ -47,6 +47,9 @@ from .waiting import WaitingPass
 log = logging.getLogger("httk.workflow.manager")
 T = TypeVar("T")
 
+#: Seconds a finished runner's process group may take to empty before its members count as strays.
+STRAY_GRACE = 0.05
+
 __all__ = ["TICK_ORDER", "Manager", "ManagerConfig", "Running"]
 
 #: Every pass that can make work ready (registration, recovery, commits, joins) runs before
@@ -310,7 +313,7 @@ class Manager:
             del self.running[job_id]
             running.process.close()
             pgid = running.process.identity.pgid
-            if self.proc.group_alive(pgid):
+            if self.proc.group_alive(pgid) and self._group_lingers(pgid):
                 # Strays of a finished runner must not keep writing the workdir after the commit.
                 log.warning("job %s: runner exited but its process group %d lives on; killing it",
                             running.marker.key, pgid)
@@ -318,6 +321,20 @@ class Manager:
             self.ctx.progressed()
             self.contain(running.marker, "the commit", lambda running=running, code=returncode:
                          self.end_attempt(running, code))
+
+    def _group_lingers(self, pgid: int) -> bool:
+        """Whether a finished runner's group is still there after :data:`STRAY_GRACE`.
+
+        A member already exiting is not a stray: a Bash runner's pre-started bridge dies by its
+        death signal a moment after a runner that exited without stopping it (before
+        ``httk_workflow_main``, say).
+        """
+        deadline = self.clock.monotonic() + STRAY_GRACE
+        while self.clock.monotonic() < deadline:
+            self.clock.sleep(STRAY_GRACE / 25)
+            if not self.proc.group_alive(pgid):
+                return False
+        return True
 
     def end_attempt(self, running: Running, returncode: int) -> None:
         """Commit an exited attempt, or give its job back when this manager's drain stopped it."""
