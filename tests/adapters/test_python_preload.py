@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import resource
 import signal
 import sys
@@ -71,19 +70,6 @@ CASES = {
     ),
     "sdk_import": "from httk.workflow import Runner\nprint(Runner.__name__)\n",
     "signal_self": "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n",
-    # How the runner ends (the zygote ends it without tearing down what it preloaded): as the interpreter does.
-    "del_at_exit": "class A:\n    def __del__(self):\n        print('deleted')\na = A()\n",
-    "del_sees_globals": "import os\nclass A:\n    def __del__(self):\n        print('del', os, A)\na = A()\n",
-    "stdout_flush_fails": "import sys\nsys.stdout = open('/dev/full', 'w')\nprint('lost')\n",
-    "system_exit_huge": "raise SystemExit(2**70)\n",
-    "system_exit_negative": "raise SystemExit(-1)\n",
-    "excepthook_fails": (
-        "import sys\ndef hook(*args):\n    raise ValueError('hook')\nsys.excepthook = hook\nraise KeyError('k')\n"
-    ),
-    "daemon_thread": (
-        "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\nprint('done')\n"
-    ),
-    "atexit_raises": "import atexit\ndef boom():\n    raise RuntimeError('at exit')\natexit.register(boom)\n",
 }
 
 
@@ -110,7 +96,7 @@ def run(control: LocalProcessControl, where: Path, source: str, env: dict[str, s
 
 
 def normalized(text: str, where: Path) -> str:
-    return re.sub(r" at 0x[0-9a-f]+>", " at ADDRESS>", text.replace(str(where), "WHERE"))
+    return text.replace(str(where), "WHERE")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -443,17 +429,3 @@ def test_an_unused_pre_started_bridge_dies_with_its_runner(preloaded, tmp_path):
             time.sleep(0.05)
     finally:
         process_groups.signal_group(process.identity.pgid, signal.SIGKILL)
-
-
-def test_what_a_runner_left_open_is_flushed_at_its_exit(preloaded, tmp_path):
-    # Its own modules and __main__ are cleared as the interpreter clears them: unclosed files are flushed.
-    source = ("import helper\nlog = open('main.txt', 'w')\nlog.write('from main')\n"
-              "helper.keep = open('helper.txt', 'w')\nhelper.keep.write('from helper')\n")
-    results = {}
-    for name, control in (("zygote", preloaded), ("fresh", LocalProcessControl(python_preload=False))):
-        (tmp_path / name / "runner").mkdir(parents=True)
-        (tmp_path / name / "runner" / "helper.py").write_text("keep = None\n")
-        code, out, err = run(control, tmp_path / name, source)
-        work = tmp_path / name / "work"
-        results[name] = (code, out, err, (work / "main.txt").read_text(), (work / "helper.txt").read_text())
-    assert results["zygote"] == results["fresh"] == (0, "", "", "from main", "from helper")

@@ -13,11 +13,10 @@ with the manager (``PR_SET_PDEATHSIG``) or when its socket reaches end-of-file.
 The child then does what the gated shell does (own process group, wait for the
 gate byte, end-of-file => exit 125 without running anything, open the logs on
 0-2, enter the workdir), replaces ``os.environ``, ``sys.argv`` and ``sys.path[0]``
-and executes the entry file as ``__main__`` at the bottom of this stack. It ends
-as the interpreter ends a script (:func:`_exit`: ``SystemExit``, a traceback and
-status 1, ``KeyboardInterrupt`` re-raising SIGINT, thread join, atexit, the
-runner's own modules finalized, flushing), without tearing down the preloaded
-modules. Tracebacks are shown without the frames of this module.
+and executes the entry file as ``__main__`` at the bottom of this stack, so the
+interpreter's own exit handling applies unchanged (``SystemExit``, a traceback
+and status 1, ``KeyboardInterrupt`` re-raising SIGINT, atexit, thread join,
+flushing). Tracebacks are shown without the frames of this module.
 
 A Bash runner that calls ``httk_workflow_main`` is forked the same way, with a
 program to execute (``bash``) in the request: the child sets up the gate, logs,
@@ -308,164 +307,13 @@ def _run_runner(request: tuple[Any, ...], gate: int) -> None:
     except OSError as error:
         sys.stderr.write(f"{sys.executable}: can't open file {entry!r}: [Errno {error.errno}] {error.strerror}\n")
         raise SystemExit(2) from None
-    loaded = set(sys.modules)
-    uncaught: BaseException | None = None
     try:
         exec(compile(source, entry, "exec", dont_inherit=True), module.__dict__)
-        status = 0
-    except SystemExit as stop:
-        status = _system_exit_status(stop)
-    except BaseException as error:  # noqa: BLE001 - printed and ended exactly as the interpreter would
-        uncaught, status = error, 1
-    del module  # nothing of the runner's is kept alive here while it is finalized
-    interrupted = isinstance(uncaught, KeyboardInterrupt)
-    if uncaught is not None:
-        # Outside the except block: the interpreter calls the hook with no exception being handled.
+    except SystemExit:
+        raise  # the interpreter handles its code exactly as for ``python entry.py``
+    except BaseException:
         _hide_own_frames(entry)
-        _print_uncaught(uncaught)
-        del uncaught
-    _exit(status, loaded, interrupted)
-
-
-def _system_exit_status(stop: SystemExit) -> int:
-    """The status ``python entry.py`` exits with for ``stop`` (CPython's ``_Py_HandleSystemExit``)."""
-    code = stop.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        if not -(1 << 63) <= code < 1 << 63:
-            return -1  # PyLong_AsLong overflows: -1, its error cleared
-        low = code & 0xFFFFFFFF  # the C cast of a long to int
-        return low - (1 << 32) if low >= 1 << 31 else low
-    stream = sys.stderr
-    try:
-        if stream is not None:
-            stream.write(f"{code}\n")
-        else:
-            os.write(2, f"{code}\n".encode(errors="backslashreplace"))
-    except Exception:  # noqa: BLE001 - the interpreter ignores a failing stderr here too
-        pass
-    return 1
-
-
-def _print_uncaught(error: BaseException) -> None:
-    """What ``PyErr_Print`` does with an uncaught exception: ``sys.last_*``, then ``sys.excepthook``."""
-    sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__
-    hook = getattr(sys, "excepthook", None)
-    try:
-        if hook is None:
-            raise RuntimeError("lost sys.excepthook")
-        hook(type(error), error, error.__traceback__)
-    except BaseException as failure:  # noqa: BLE001 - as the interpreter: both are shown
-        if not isinstance(failure, SystemExit):
-            sys.stderr.write("Error in sys.excepthook:\n")
-            failure.__traceback__ = _without_own_frames(failure.__traceback__)  # the one the hook prints
-            sys.__excepthook__(type(failure), failure, failure.__traceback__)
-            sys.stderr.write("\nOriginal exception was:\n")
-        sys.__excepthook__(type(error), error, error.__traceback__)
-
-
-def _without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """``tb`` from its first frame outside this module (the interpreter calls a hook from C)."""
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    return tb
-
-
-def _exit(status: int, loaded: set[str], interrupted: bool) -> None:
-    """End the runner as the interpreter ends, without tearing down what the zygote preloaded.
-
-    ``Py_FinalizeEx`` would clear every module's globals, and so write to every preloaded
-    object the fork shares with the zygote: about 2,000 page copies and 11 ms of CPU for a
-    trivial runner. So this does its steps for the runner's own part and then ``_exit``:
-    non-daemon threads are joined, atexit functions run, the modules the runner imported and
-    ``__main__`` are cleared the way the interpreter clears a module (``_name`` globals
-    first), with a collection before and after (``__del__`` methods run, unclosed files are
-    flushed), then stdout and stderr are flushed (a failing stdout makes the status 120). An
-    uncaught ``KeyboardInterrupt`` ends by ``SIGINT``.
-    """
-    threading = sys.modules.get("threading")
-    if threading is not None:
-        try:
-            threading._shutdown()  # type: ignore[attr-defined]
-        except BaseException as error:  # noqa: BLE001 - reported as the interpreter reports it
-            _unraisable(error, threading._shutdown)  # type: ignore[attr-defined]
-    import atexit
-    import weakref
-
-    atexit._run_exitfuncs()
-    sys.last_type = sys.last_value = sys.last_traceback = None  # an uncaught error holds the runner's frames
-    # As finalize_modules: the runner's modules leave sys.modules, a collection runs their finalizers
-    # with their globals intact, and only a module something still holds is cleared, last first.
-    mine = [name for name in sys.modules if name not in loaded or name == "__main__"]
-    left = []
-    for name in mine:
-        module = sys.modules.pop(name, None)
-        if isinstance(module, types.ModuleType):
-            left.append(weakref.ref(module))
-    del module
-    gc.collect()
-    for reference in reversed(left):
-        alive = reference()
-        if alive is not None:
-            _clear_module(alive)
-        del alive
-    gc.collect()
-    if not _flush_std():
-        status = 120
-    if interrupted:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(status)
-
-
-def _clear_module(module: types.ModuleType) -> None:
-    """``_PyModule_ClearDict``: ``_name`` globals to ``None`` first, then the rest but ``__builtins__``."""
-    namespace = module.__dict__
-    for first in (True, False):
-        for key in list(namespace):
-            if isinstance(key, str) and key != "__builtins__" and (key.startswith("_") and not key.startswith("__")
-                                                                  if first else True):
-                try:
-                    namespace[key] = None
-                except Exception:  # noqa: BLE001 - a __del__ that fails is reported by the interpreter
-                    pass
-
-
-def _flush_std() -> bool:
-    """``flush_std_files``: ``False`` when stdout could not be flushed (reported as unraisable)."""
-    ok = True
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name, None)
-        if stream is None or getattr(stream, "closed", False):
-            continue
-        try:
-            stream.flush()
-        except Exception as error:  # noqa: BLE001 - as the interpreter: shown, status 120
-            if name == "stdout":
-                _unraisable(error, stream)
-            ok = False
-    return ok
-
-
-def _unraisable(error: BaseException, where: object) -> None:
-    """What ``PyErr_WriteUnraisable(where)`` shows for ``error`` raised from C: ``sys.unraisablehook``."""
-    captured: list[Any] = []
-    hook, sys.unraisablehook = sys.unraisablehook, captured.append
-
-    class _Probe:
-        def __del__(self) -> None:
-            raise RuntimeError
-
-    _Probe()  # its failing __del__ hands the hook one argument of the type it takes
-    sys.unraisablehook = hook
-    if not captured:
-        return
-    arguments = type(captured[0])((type(error), error, None, None, where))
-    try:
-        hook(arguments)
-    except Exception:  # noqa: BLE001 - a failing hook is ignored by the interpreter too
-        pass
+        raise
 
 
 def _exec_with_bridge(program: str, entry: str, args: list[str], env: dict[str, str], added: dict[str, str]) -> None:
