@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import resource
 import signal
 import sys
@@ -70,6 +71,91 @@ CASES = {
     ),
     "sdk_import": "from httk.workflow import Runner\nprint(Runner.__name__)\n",
     "signal_self": "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n",
+    # How the runner ends (the zygote ends it without tearing down what it preloaded): as the interpreter does.
+    "del_at_exit": "class A:\n    def __del__(self):\n        print('deleted')\na = A()\n",
+    "del_sees_globals": "import os\nclass A:\n    def __del__(self):\n        print('del', os, A)\na = A()\n",
+    "stdout_flush_fails": "import sys\nsys.stdout = open('/dev/full', 'w')\nprint('lost')\n",
+    "system_exit_huge": "raise SystemExit(2**70)\n",
+    "system_exit_negative": "raise SystemExit(-1)\n",
+    "excepthook_fails": (
+        "import sys\ndef hook(*args):\n    raise ValueError('hook')\nsys.excepthook = hook\nraise KeyError('k')\n"
+    ),
+    "daemon_thread": (
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\nprint('done')\n"
+    ),
+    "atexit_raises": "import atexit\ndef boom():\n    raise RuntimeError('at exit')\natexit.register(boom)\n",
+    'hook_sysexit': "import sys\nsys.excepthook = lambda *a: sys.exit(5)\nraise ValueError('x')\n",
+    'hook_deleted': "import sys\ndel sys.excepthook\nraise ValueError('x')\n",
+    'stderr_deleted_exit_msg': "import sys\ndel sys.stderr\nsys.exit('msg')\n",
+    "sigint_in_del": (
+        'import os, signal\n'
+        'class A:\n'
+        '    def __del__(self):\n'
+        '        os.kill(os.getpid(), signal.SIGINT)\n'
+        "        print('after', flush=True)\n"
+        'a = A()\n'
+    ),
+    "sigterm_handler_in_del": (
+        'import os, signal, sys\n'
+        'signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n'
+        'class A:\n'
+        '    def __del__(self):\n'
+        '        os.kill(os.getpid(), signal.SIGTERM)\n'
+        "        print('after', flush=True)\n"
+        'a = A()\n'
+    ),
+    "builtins_del": (
+        'import builtins\n'
+        'class A:\n'
+        "    def __del__(self): print('del builtins obj')\n"
+        'builtins.keep = A()\n'
+    ),
+    "stdout_tee_del": (
+        'import sys\n'
+        'class Tee:\n'
+        '    def __init__(self, s): self.s=s; self.buf=[]\n'
+        '    def write(self, t): self.buf.append(t)\n'
+        '    def flush(self): pass\n'
+        "    def __del__(self): self.s.write('DEL:'+''.join(self.buf)); self.s.flush()\n"
+        'sys.stdout = Tee(sys.stdout)\n'
+        "print('hi')\n"
+    ),
+    "daemon_uses_globals": (
+        'import threading, time\n'
+        'def helper(): return 1\n'
+        'def work():\n'
+        '    while True:\n'
+        '        helper()\n'
+        '        time.sleep(0)\n'
+        'threading.Thread(target=work, daemon=True).start()\n'
+        'class Slow:\n'
+        '    def __del__(self): time.sleep(0.2)\n'
+        'z = Slow()\n'
+        'time.sleep(0.05)\n'
+    ),
+    "fork_child_returns": (
+        'import os, atexit\n'
+        "atexit.register(lambda: print('atexit', 'child' if os.getpid()!=parent else 'parent'))\n"
+        'parent=os.getpid()\n'
+        "print('buffered', end='')\n"
+        'pid=os.fork()\n'
+        "if pid: print(' status', os.waitstatus_to_exitcode(os.waitpid(pid,0)[1]))\n"
+        'else:\n'
+        '    import sys; sys.exit(4)\n'
+    ),
+    'atexit_systemexit': "import atexit, sys\natexit.register(lambda: sys.exit(9))\nprint('x')\n",
+    "thread_sysexit": (
+        'import sys, threading\n'
+        "t=threading.Thread(target=lambda: sys.exit(3)); t.start(); t.join(); print('main')\n"
+    ),
+    "del_in_exc_tb": (
+        'class A:\n'
+        "    def __del__(self): print('del local')\n"
+        'def f():\n'
+        '    a = A()\n'
+        "    raise ValueError('v')\n"
+        'f()\n'
+    ),
 }
 
 
@@ -96,7 +182,7 @@ def run(control: LocalProcessControl, where: Path, source: str, env: dict[str, s
 
 
 def normalized(text: str, where: Path) -> str:
-    return text.replace(str(where), "WHERE")
+    return re.sub(r" at 0x[0-9a-f]+>", " at ADDRESS>", text.replace(str(where), "WHERE"))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -429,3 +515,55 @@ def test_an_unused_pre_started_bridge_dies_with_its_runner(preloaded, tmp_path):
             time.sleep(0.05)
     finally:
         process_groups.signal_group(process.identity.pgid, signal.SIGKILL)
+
+
+def test_what_a_runner_left_open_is_flushed_at_its_exit(preloaded, tmp_path):
+    # Its own modules and __main__ are cleared as the interpreter clears them: unclosed files are flushed.
+    source = ("import helper\nlog = open('main.txt', 'w')\nlog.write('from main')\n"
+              "helper.keep = open('helper.txt', 'w')\nhelper.keep.write('from helper')\n")
+    results = {}
+    for name, control in (("zygote", preloaded), ("fresh", LocalProcessControl(python_preload=False))):
+        (tmp_path / name / "runner").mkdir(parents=True)
+        (tmp_path / name / "runner" / "helper.py").write_text("keep = None\n")
+        code, out, err = run(control, tmp_path / name, source)
+        work = tmp_path / name / "work"
+        results[name] = (code, out, err, (work / "main.txt").read_text(), (work / "helper.txt").read_text())
+    assert results["zygote"] == results["fresh"] == (0, "", "", "from main", "from helper")
+
+
+#: Runners that leave a file unclosed, held in ways the interpreter's shutdown reaches in different orders.
+UNCLOSED = {
+    "global_file_with_signal_handler": (
+        'import signal, sys\n'
+        "out = open('data.txt','w')\n"
+        "out.write('payload')\n"
+        'def stop(*a): sys.exit(143)\n'
+        'signal.signal(signal.SIGTERM, stop)\n'
+    ),
+    "global_file_with_logging_filter": (
+        'import logging\n'
+        "out = open('data.txt','w')\n"
+        "out.write('payload')\n"
+        'def keep(record): return True\n'
+        "logging.getLogger('x').addFilter(keep)\n"
+    ),
+    'global_file_plain': "out = open('data.txt','w')\nout.write('payload')\n",
+    "preloaded_ref_file": (
+        'import logging\n'
+        "f = open('data.txt','w')\n"
+        "f.write('payload')\n"
+        'logging.keep = f\n'
+        'del f\n'
+        'import atexit\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNCLOSED))
+def test_an_unclosed_file_keeps_its_data(preloaded, tmp_path, case):
+    results = {}
+    for name, control in (("zygote", preloaded), ("fresh", LocalProcessControl(python_preload=False))):
+        code, out, err = run(control, tmp_path / name, UNCLOSED[case])
+        results[name] = (code, out, err, (tmp_path / name / "work" / "data.txt").read_text())
+    assert results["zygote"] == results["fresh"]
+    assert results["zygote"][3] == "payload"
