@@ -58,9 +58,9 @@ class Counting(InMemoryFilesystem):
         super().copy_tree(source, destination, durable=durable, staged=staged)
 
 
-def workspace_with(count: int, *, durable: bool = True):
+def workspace_with(count: int, *, durable: bool = True, filesystem: type[Counting] = Counting):
     """A fresh workspace and ``count`` synced payloads ``/src/p0`` ... (tags alternate)."""
-    fs = Counting(clock=FakeClock())
+    fs = filesystem(clock=FakeClock())
     handle = WorkspaceService(Ports(fs=fs, clock=fs.clock, ids=SequentialIds())).init(ROOT, durable=durable)
     payloads = []
     for index in range(count):
@@ -453,3 +453,55 @@ def test_two_submissions_of_one_chosen_id_stage_under_names_of_their_own():
                      for _ in range(2))
     assert first.key == second.key and first.staging != second.staging
     assert first.staging.startswith(f"{handle.layout.tmp}/submit-{first.key.job_id}-")
+
+
+class StagingWatch(Counting):
+    """Records how many staged copies ``tmp/`` held at each rename of one into place."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.held: list[int] = []
+
+    def rename(self, source, destination, *, durable):
+        if "/tmp/submit-" in source:
+            self.held.append(sum(entry.name.startswith("submit-") for entry in self.scandir(posixpath.dirname(source))))
+        super().rename(source, destination, durable=durable)
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_tmp_never_holds_more_than_a_slice_of_staged_copies(monkeypatch, durable):
+    """A directory of a whole chunk's names makes every creation and rename in it slower: a durable batch
+    stages, syncs and places a slice at a time; one without syncs places each copy at once."""
+    import httk.workflow.operations.bulk_submission as bulk
+
+    monkeypatch.setattr(bulk, "_STAGED_SLICE", 3)
+    fs, handle, payloads = workspace_with(8, durable=durable, filesystem=StagingWatch)
+    submit_many(handle, payloads, "camp/a")
+    assert fs.held == ([3, 2, 1, 3, 2, 1, 2, 1] if durable else [1] * 8)
+    assert [entry.name for entry in fs.scandir(handle.layout.tmp)] == []
+    if durable:  # each slice's copies synced before their renames; still one sync per directory
+        fs.crash()
+        assert len(jobs_after_crash(fs, handle, payloads)) == 8
+
+
+def test_a_crash_at_every_write_of_a_sliced_batch_leaves_each_job_submitted_or_absent(monkeypatch):
+    import httk.workflow.operations.bulk_submission as bulk
+
+    monkeypatch.setattr(bulk, "_STAGED_SLICE", 2)
+    points = 0
+    while True:
+        fs, handle, payloads = workspace_with(5)
+        fs.arm_crash(points)
+        try:
+            submit_many(handle, payloads, placements(5))
+        except SimulatedCrash:
+            fs.crash()
+            jobs_after_crash(fs, handle, payloads)
+            problems = Fsck(WorkspaceService(handle.ports).open(ROOT)).run()["problems"]
+            assert {problem["code"] for problem in problems} <= {"orphaned_payload"}, (points, problems)
+            points += 1
+            continue
+        fs.crash()
+        assert sorted(jobs_after_crash(fs, handle, payloads)) == payloads
+        break
+    assert points > 30

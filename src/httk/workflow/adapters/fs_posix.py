@@ -485,7 +485,15 @@ class PosixFilesystem:
         """
         if durable:
             self._ensure_dir(path, durable=True)
-        else:
+            return
+        # The parent nearly always exists (a staging directory, a placement): one mkdir, where
+        # os.makedirs first looks at the parent.
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+        except FileNotFoundError:
             os.makedirs(path, exist_ok=True)
 
     def _ensure_dir(self, directory: str, *, durable: bool) -> list[str]:

@@ -14,9 +14,11 @@ would be staged. Then, per chunk of jobs:
    name's parent synced once;
 2. the id reservations (:func:`.job_ids.reserve_job_ids`): written beside their
    names, synced together, renamed into place, each bucket synced once;
-3. the payloads: copied to ``tmp/submit-<id>-<token>`` (the batch's own names), the copies synced together, renamed
-   into place, each placement directory and ``tmp/`` synced once (``move``: the sources
-   synced together, then renamed into place, each directory involved synced once);
+3. the payloads: copied to ``tmp/submit-<id>-<token>`` (the batch's own names) a slice
+   of 1,000 at a time (one at a time without syncs), each slice's copies synced together
+   and renamed into place, then each placement directory and ``tmp/`` synced once
+   (``move``: the sources synced together, then renamed into place, each directory
+   involved synced once);
 4. the markers (:meth:`.store.Store.create_submitted_many`), after every payload
    of the chunk is durable; each marker directory synced once.
 
@@ -60,6 +62,8 @@ Progress = Callable[[str, int], None]
 #: Jobs per group commit: large enough that the grouped directory syncs are rare, small enough
 #: that a failed write rolls back little and a crash loses at most one chunk's unsynced work.
 DEFAULT_CHUNK = 10_000
+#: Staged copies synced together and renamed into place before the next are made (durable only).
+_STAGED_SLICE = 1000
 #: Progress is reported every this many jobs (and at the end of each phase).
 _TICK = 100
 
@@ -298,24 +302,30 @@ def _place(workspace: WorkspaceHandle, items: Sequence[Planned], written: _Writt
             tick("copying")
         synced |= {posixpath.dirname(item.source) for item in items}
     else:
-        for item in items:
-            written.current = item
-            # Straight into the staging name: it is private until renamed into place, so neither
-            # the copy nor the job.json needs a temp sibling of its own (a rename and a create fewer).
-            if item.data is None:
-                fs.copy_tree(item.source, item.staging, durable=False, staged=True)
-                written.staged.append(item)
-            else:  # a job from its definition: its payload is the job.json, written where a copy is staged
-                fs.makedirs(item.staging)
-                written.staged.append(item)
-                fs.write_staged(f"{item.staging}/{JOB_FILE}", item.data, durable=False)
-            tick("copying")
-        if durable:
-            fs.sync_trees([item.staging for item in items])
-        for item in items:
-            written.current = item
-            fs.rename(item.staging, item.destination, durable=False)
-            written.placed.append(item)
+        # A slice at a time (a job at a time without syncs to group): tmp/ never holds the whole
+        # chunk, and a directory of 10,000 names makes every creation and rename in it slower
+        # (measured: 85 against 30 us a job). The renames' directories are synced once, below.
+        step = _STAGED_SLICE if durable else 1
+        for first in range(0, len(items), step):
+            group = items[first : first + step]
+            for item in group:
+                written.current = item
+                # Straight into the staging name: it is private until renamed into place, so neither
+                # the copy nor the job.json needs a temp sibling of its own (a rename and a create fewer).
+                if item.data is None:
+                    fs.copy_tree(item.source, item.staging, durable=False, staged=True)
+                    written.staged.append(item)
+                else:  # a job from its definition: its payload is the job.json, written where a copy is staged
+                    fs.makedirs(item.staging)
+                    written.staged.append(item)
+                    fs.write_staged(f"{item.staging}/{JOB_FILE}", item.data, durable=False)
+                tick("copying")
+            if durable:
+                fs.sync_trees([item.staging for item in group])
+            for item in group:
+                written.current = item
+                fs.rename(item.staging, item.destination, durable=False)
+                written.placed.append(item)
         synced.add(workspace.layout.tmp)
     tick.flush("copying")
     if durable:
