@@ -290,15 +290,19 @@ def _place(workspace: WorkspaceHandle, items: Sequence[Planned], written: _Writt
     """Put every payload of the chunk in place, durably when the workspace is."""
     fs, durable = workspace.fs, workspace.durable
     synced = {posixpath.dirname(item.destination) for item in items}
+
+    def rename_into_place(item: Planned, source: str) -> None:
+        written.current = item
+        fs.rename(source, item.destination, durable=False)
+        written.placed.append(item)
+
     if move:
         if durable:
             # The caller may never have synced its payloads: a rename moves the names, not
             # the unsynced data, so a marker over them could survive a crash the payload does not.
             fs.sync_trees([item.source for item in items])
         for item in items:
-            written.current = item
-            fs.rename(item.source, item.destination, durable=False)
-            written.placed.append(item)
+            rename_into_place(item, item.source)
             tick("copying")
         synced |= {posixpath.dirname(item.source) for item in items}
     else:
@@ -323,9 +327,7 @@ def _place(workspace: WorkspaceHandle, items: Sequence[Planned], written: _Writt
             if durable:
                 fs.sync_trees([item.staging for item in group])
             for item in group:
-                written.current = item
-                fs.rename(item.staging, item.destination, durable=False)
-                written.placed.append(item)
+                rename_into_place(item, item.staging)
         synced.add(workspace.layout.tmp)
     tick.flush("copying")
     if durable:
