@@ -115,13 +115,22 @@ def test_a_workspace_runner_without_object_or_name_is_unavailable(tmp_path):
 
 
 def unsafe_payloads(tmp_path: Path, ws: str) -> dict[str, str]:
-    """Submitted jobs whose payload runner the safety property refuses, keyed by what is wrong."""
+    """Submitted jobs whose payload runner :func:`plant` makes one the safety property refuses, keyed by what.
+
+    Each is submitted with a safe runner in place (submission refuses a payload that lacks
+    it, or links to it): the unsafe one is planted in the workspace copy afterwards.
+    """
     keys = {}
     for case in ("symlink", "linked-dir", "group-writable", "tree-world-writable"):
         source = tmp_path / f"payload-{case}"
         runner_path = {"linked-dir": "bin/run.sh", "tree-world-writable": "tool"}.get(case, "run.sh")
         prepare_job_payload(source, JobSpec(name=case, workflow="w", runner_path=runner_path, tag=case))
-        keys[case] = httk("job", "submit", ws, str(source), "--placement", "p").stdout.strip()
+        runner_file = source / ("tool/run.sh" if case == "tree-world-writable" else runner_path)
+        runner_file.parent.mkdir(parents=True, exist_ok=True)
+        runner_file.write_text("#!/bin/bash\nexit 0\n")
+        submitted = httk("job", "submit", ws, str(source), "--placement", "p")
+        assert submitted.returncode == 0, submitted.stderr
+        keys[case] = submitted.stdout.strip()
     return keys
 
 
@@ -132,14 +141,15 @@ def plant(ws: str, key: str, tmp_path: Path, case: str) -> None:
     outside.mkdir(exist_ok=True)
     (outside / "run.sh").write_text("#!/bin/bash\ntouch \"$HTTK_WORKFLOW_WORKSPACE_DIR/ran\"\n")
     if case == "symlink":
+        (payload / "run.sh").unlink()
         (payload / "run.sh").symlink_to(outside / "run.sh")
     elif case == "linked-dir":
+        shutil.rmtree(payload / "bin")
         (payload / "bin").symlink_to(outside)
     elif case == "group-writable":
         (payload / "run.sh").write_text("#!/bin/bash\ntouch \"$HTTK_WORKFLOW_WORKSPACE_DIR/ran\"\n")
         (payload / "run.sh").chmod(0o775)
     else:
-        (payload / "tool").mkdir()
         (payload / "tool" / "run.sh").write_text("#!/bin/bash\ntouch \"$HTTK_WORKFLOW_WORKSPACE_DIR/ran\"\n")
         (payload / "tool" / "run.sh").chmod(0o646)
 

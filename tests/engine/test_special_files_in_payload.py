@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 from httk.workflow.domain.lifecycle import StateKind
+from httk.workflow.operations.submission import submit
 from httk.workflow.testing import memory_manager, memory_workspace
+from httk.workflow.testing.manager import PAYLOAD_SOURCE
 
 
 @pytest.mark.parametrize("where", ["input.fifo", "inputs/deep/input.fifo"])
@@ -38,10 +40,11 @@ def test_a_fifo_in_one_payload_fails_that_job_with_payload_unreadable(where):
 
 
 def test_a_fifo_in_a_runner_directory_fails_that_job_with_runner_unavailable():
-    ports, handle, [bad] = memory_workspace(1, runner_path="runner")
+    ports, handle, _ = memory_workspace(0, runner_path="runner")
+    # Submission refuses a payload lacking its runner: submit it with one, then plant the FIFO in the copy.
+    ports.fs.write_atomic(f"{PAYLOAD_SOURCE}/runner/run.sh", b"#!/bin/sh\n", durable=False)
+    bad = submit(handle, PAYLOAD_SOURCE, "p").marker
     runner = f"{handle.store.payload_dir(bad)}/runner"
-    ports.fs.makedirs(runner)
-    ports.fs.write_atomic(f"{runner}/run.sh", b"#!/bin/sh\n", durable=False)
     ports.fs.mkfifo(f"{runner}/pipe")
 
     assert memory_manager(handle).run() == 0

@@ -34,8 +34,18 @@ def test_sync_trees_and_fsync_dirs_sync_many_and_report_a_missing_name(kind, tmp
         assert all(fs.read_bytes(path) == b"x" for path in paths)
 
 
-def specs(count: int) -> list[JobSpec]:
-    return [JobSpec(name=f"job{index}", workflow="w", runner_path="run.sh", tag="bulk") for index in range(count)]
+def specs(count: int, runner: dict[str, str] | None = None) -> list[JobSpec]:
+    """``count`` jobs of the payload runner ``run.sh``, or of the published ``runner`` (:func:`published`)."""
+    pinned = {} if runner is None else {"runner_path": runner["path"], "runner_source": runner["source"],
+                                        "runner_sha256": runner["sha256"]}
+    return [JobSpec(**{"name": f"job{index}", "workflow": "w", "runner_path": "run.sh", "tag": "bulk", **pinned})
+            for index in range(count)]
+
+
+def published(workspace: Workspace, tmp_path) -> dict[str, str]:
+    """A runner published to ``workspace``: a job of its definition alone (``submit_specs``) has no payload runner."""
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    return {key: str(value) for key, value in workspace.publish_runner(tmp_path / "run.sh", "run.sh").items()}
 
 
 @pytest.mark.parametrize("durable", [True, False])
@@ -85,8 +95,10 @@ def test_workspace_submit_many_submits_in_order_and_refuses_writing_nothing(tmp_
 @pytest.mark.parametrize("durable", [True, False])
 def test_workspace_submit_specs_writes_the_prepared_job_json_and_refuses_writing_nothing(tmp_path, durable):
     workspace = Workspace.init(tmp_path / "ws", durable=durable)
-    markers = workspace.submit_specs(specs(6), ["camp/a", "camp/b"] * 3)
-    prepared = prepare_job_payloads([(tmp_path / f"src/p{index}", spec) for index, spec in enumerate(specs(6))])
+    runner = published(workspace, tmp_path)
+    markers = workspace.submit_specs(specs(6, runner), ["camp/a", "camp/b"] * 3)
+    prepared = prepare_job_payloads([(tmp_path / f"src/p{index}", spec)
+                                     for index, spec in enumerate(specs(6, runner))])
     for index, marker in enumerate(markers):
         job = tmp_path / "ws" / marker.placement / str(marker.key)
         assert os.listdir(job) == ["job.json"]
@@ -94,9 +106,14 @@ def test_workspace_submit_specs_writes_the_prepared_job_json_and_refuses_writing
         assert (tmp_path / f"ws/.httk-workflow/state/submitted/{marker.placement}" / marker.name).is_file()
     assert os.listdir(tmp_path / "ws/.httk-workflow/tmp") == []
     before = tree(tmp_path / "ws")
-    bad = [*specs(2), JobSpec(name="x", workflow="w", runner_path="/abs/run.sh")]
+    bad = [*specs(2, runner), JobSpec(name="x", workflow="w", runner_path="/abs/run.sh")]
     with pytest.raises(SubmissionError, match=r"^job spec 3 \(name 'x'\): job\.json @ \$\.runner\.path.*spec 3 of 3"):
         workspace.submit_specs(bad, "camp/c")
+    assert tree(tmp_path / "ws") == before
+    # A payload runner: the payload of a definition alone is its job.json, so the runner is never there.
+    with pytest.raises(SubmissionError, match=r"^job spec 2 \(name 'job0'\) names payload runner 'run\.sh', but a "
+                       r"job submitted from its definition has a payload of job\.json alone; .*spec 2 of 2"):
+        workspace.submit_specs([*specs(1, runner), *specs(1)], "camp/c")
     assert tree(tmp_path / "ws") == before
 
 
@@ -165,16 +182,17 @@ def test_a_batch_job_costs_four_creations_and_two_renames(tmp_path, monkeypatch,
     """Per job: the reservation (a temp renamed onto its name), the staged payload directory and its
     job.json (made in place: the staging name is private), the rename into place, the marker."""
     workspace = Workspace.init(tmp_path / "ws", durable=False)
+    runner = published(workspace, tmp_path)  # pinned: the payloads stay job.json alone
     payloads = [str(path) for path in prepare_job_payloads(
-        [(tmp_path / f"src/p{index}", spec) for index, spec in enumerate(specs(40))])]
+        [(tmp_path / f"src/p{index}", spec) for index, spec in enumerate(specs(40, runner))])]
     for bucket in range(256):  # the id buckets a random id lands in, so that only the jobs' names count
         os.makedirs(tmp_path / f"ws/.httk-workflow/ids/{bucket:02x}", exist_ok=True)
-    workspace.submit_specs(specs(1), "camp/a")  # the directories every later batch finds made
+    workspace.submit_specs(specs(1, runner), "camp/a")  # the directories every later batch finds made
     costs = []
     for placement, count in (("camp/b", 10), ("camp/c", 40)):
         if how == "submit_specs":
             costs.append(_creations_and_renames(monkeypatch, lambda p=placement, c=count:
-                                                workspace.submit_specs(specs(c), p)))
+                                                workspace.submit_specs(specs(c, runner), p)))
         else:
             costs.append(_creations_and_renames(monkeypatch, lambda p=placement, c=count:
                                                 workspace.submit_many(payloads[:c], p)))

@@ -8,6 +8,7 @@ each distinct job.json once; the verdicts must stay those of the per-job checks.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pytest
@@ -20,22 +21,30 @@ from httk.workflow.operations.fsck import Fsck
 from httk.workflow.operations.submission import SubmissionError
 from httk.workflow.protocol import JobSpec
 from httk.workflow.store.job_ids import read_reservation
+from httk.workflow.store.runners import publish_runner
 from httk.workflow.store.workspaces import Ports, WorkspaceService
 from httk.workflow.testing import FakeClock, SequentialIds, SimulatedCrash
 from memory_support import ROOT
+
+#: The runner every job pins, published by :func:`fresh`: a job of its definition alone has no payload runner.
+RUNNER = b"#!/bin/sh\n"
+RUNNER_SHA256 = hashlib.sha256(RUNNER).hexdigest()
 
 
 def fresh(*, durable: bool = True):
     fs = Counting(clock=FakeClock())
     handle = WorkspaceService(Ports(fs=fs, clock=fs.clock, ids=SequentialIds())).init(ROOT, durable=durable)
+    fs.write_atomic("/src/run.sh", RUNNER, durable=False)
+    assert publish_runner(fs, handle.layout, "/src/run.sh", "run.sh")["sha256"] == RUNNER_SHA256
     fs.sync_tree("/")
     fs.file_syncs = fs.dir_syncs = 0
     return fs, handle
 
 
 def specs(count: int) -> list[JobSpec]:
-    return [JobSpec(name=f"job{index}", workflow="w", runner_path="run.sh", tag="t" if index % 2 else None,
-                    priority=index) for index in range(count)]
+    return [JobSpec(name=f"job{index}", workflow="w", runner_path="run.sh", runner_source="workspace",
+                    runner_sha256=RUNNER_SHA256, tag="t" if index % 2 else None, priority=index)
+            for index in range(count)]
 
 
 @pytest.mark.parametrize("durable", [True, False])
@@ -91,8 +100,11 @@ def test_a_crash_at_every_write_of_a_spec_batch_leaves_each_job_submitted_or_abs
         (lambda spec: JobSpec(name=spec.name, workflow="w", runner_path="run.sh", runner_source="workspace"),
          "job spec 2 (name 'job1'): job.json @ $.runner.sha256"),
         (lambda spec: "not a spec", "job spec 2 is a str, not a JobSpec"),
+        (lambda spec: JobSpec(name=spec.name, workflow="w", runner_path="run.sh"),
+         "job spec 2 (name 'job1') names payload runner 'run.sh', but a job submitted from its definition has a "
+         "payload of job.json alone; prepare a payload directory holding the runner (prepare_job_payload)"),
     ],
-    ids=["bad-runner-path", "unpinned-workspace-runner", "not-a-spec"],
+    ids=["bad-runner-path", "unpinned-workspace-runner", "not-a-spec", "payload-runner"],
 )
 def test_a_bad_spec_refuses_the_batch_naming_it_and_writes_nothing(spoil, expected):
     fs, handle = fresh()
@@ -109,7 +121,8 @@ def test_a_bad_spec_refuses_the_batch_naming_it_and_writes_nothing(spoil, expect
 def test_a_spec_batch_refuses_a_placement_too_long_for_a_later_shape(monkeypatch):
     """The shape cache must not let a longer key (another shape) past the path limit."""
     fs, handle = fresh()
-    untagged, tagged = specs(1)[0], JobSpec(name="long", workflow="w", runner_path="run.sh", tag="t" * 48)
+    untagged, tagged = specs(1)[0], JobSpec(name="long", workflow="w", runner_path="run.sh", runner_source="workspace",
+                                             runner_sha256=RUNNER_SHA256, tag="t" * 48)
 
     def fits(spec: JobSpec, place: str) -> bool:
         try:

@@ -8,6 +8,8 @@ double stands in for the remote; the local files live on the in-memory filesyste
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -42,7 +44,7 @@ def test_a_relative_path_keeps_its_name_and_an_absolute_one_goes_below_upload():
     assert stage("structure=/tmp/POSCAR", kind="file", separator="=", required=False, remote="kappa",
                  uploads=uploads, locate=locate) == "structure=.upload/1/POSCAR"
     # The symlinked payload is sent as the tree it names.
-    assert uploads == [Upload("/data/p", "p"), Upload("/tmp/POSCAR", ".upload/1/POSCAR")]
+    assert uploads == [Upload("/data/p", "p", "/home/u/p"), Upload("/tmp/POSCAR", ".upload/1/POSCAR", "/tmp/POSCAR")]
 
 
 def test_a_value_that_names_nothing_here_is_passed_on_unless_required():
@@ -53,7 +55,7 @@ def test_a_value_that_names_nothing_here_is_passed_on_unless_required():
     assert stage("no-separator", kind="file", separator="=", required=False, remote="kappa", uploads=uploads,
                  locate=nothing) == "no-separator"
     with pytest.raises(RemoteError, match=r"^missing: not a payload directory \(holding job.json\) on this "
-                                          r"machine; name the local payload to send to kappa$"):
+                                          r"machine; name a local one to send to kappa$"):
         stage("missing", kind="payload", separator=None, required=True, remote="kappa", uploads=uploads,
               locate=nothing)
     assert uploads == []
@@ -185,3 +187,53 @@ def test_a_copy_of_each_submitted_script_is_kept_beside_its_output_atomically():
     assert "mv -f" in call[2] and warnings == []
     save_scripts(kept, "/ws/.httk-workflow/batch", "#!/bin/sh\n", [], warnings.append)
     assert len(transport.calls) == 1  # nothing submitted, nothing kept
+
+
+def test_stderr_names_each_upload_by_its_local_path_whatever_the_chunks():
+    from httk.workflow.operations.forwarding import LocalSpelling
+
+    directory = "/there/tmp/httk-upload.1"
+    uploads = [Upload("/real/p", "p", "/home/u/p"), Upload("/real/p-2", "p-2", "/home/u/p-2"),
+               Upload("/x/POSCAR", ".upload/1/POSCAR"), Upload("/y/POSCAR", ".upload/10/POSCAR")]
+    text = (f"error: {directory}/p/job.json @ $.data: bad\n"
+            f"note: {directory}/p-2 and {directory}/.upload/10/POSCAR and {directory}/.upload/1/POSCAR\r"
+            f"{directory}/px is no upload\nlast {directory}/p")
+    for size in (1, 3, 7, len(text)):
+        seen: list[bytes] = []
+        spelling = LocalSpelling(directory, uploads, seen.append)
+        data = text.encode()
+        for start in range(0, len(data), size):
+            spelling(data[start:start + size])
+        assert all(chunk.endswith((b"\n", b"\r")) for chunk in seen)  # only whole lines are handed on
+        spelling.flush()
+        assert b"".join(seen).decode() == (
+            "error: /home/u/p/job.json @ $.data: bad\n"
+            "note: /home/u/p-2 and /y/POSCAR and /x/POSCAR\r"
+            f"{directory}/px is no upload\nlast /home/u/p"), size
+
+
+def test_an_upload_is_named_by_its_origin_inside_the_directory_only():
+    from httk.workflow.operations.remote_staging import uploaded_document, uploaded_origin
+
+    document = uploaded_document("/there/tmp/up.1", [Upload("/real/p", "p", "/home/u/p"),
+                                                     Upload("/x/POSCAR", ".upload/1/POSCAR")])
+    assert uploaded_origin(document, "/there/tmp/up.1/p") == "/home/u/p"
+    assert uploaded_origin(document, "/there/tmp/up.1/p/data/in.txt") == "/home/u/p/data/in.txt"
+    assert uploaded_origin(document, "/there/tmp/up.1/.upload/1/POSCAR") == "/x/POSCAR"
+    for other in ("/there/tmp/up.1/px", "/there/tmp/up.10/p", "/elsewhere/p"):
+        assert uploaded_origin(document, other) == other
+    for broken in ("", "not json", "[1]", '{"directory": 1, "origins": {}}'):
+        assert uploaded_origin(broken, "/there/tmp/up.1/p") == "/there/tmp/up.1/p"
+
+
+def test_the_launch_script_exports_what_it_was_told(tmp_path):
+    from httk.workflow.operations.remote_staging import launch_argv
+
+    argv = launch_argv(["sh"], ["-c", 'printf "%s|%s|%s" "$PWD" "$HTTK_WORKFLOW_FORWARDED_AS" '
+                                      '"$HTTK_WORKFLOW_UPLOADED"'], str(tmp_path), remote="kappa", uploaded='{"a":1}')
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HTTK_")}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+    assert done.stdout == f'{tmp_path}|kappa|{{"a":1}}'
+    plain = subprocess.run(launch_argv(["sh"], ["-c", 'printf "%s" "${HTTK_WORKFLOW_UPLOADED-unset}"']),
+                           capture_output=True, text=True, env=env, check=True)
+    assert plain.stdout == "unset"

@@ -206,3 +206,26 @@ def test_check_looks_up_the_commands_the_batch_system_declares(cli, tmp_path):
     assert "FAILED   batch           local: missing no-such-scheduler-command; install" in result.stdout
     report = json.loads(cli("remote", "check", "here", "--json", code=1).stdout)["report"]
     assert report["batch"]["commands"]["no-such-scheduler-command"] is None
+
+
+def test_init_puts_a_relative_path_below_workspace_root(cli, tmp_path, monkeypatch):
+    root, login = tmp_path / "root", tmp_path / "login"
+    root.mkdir()
+    login.mkdir()
+    monkeypatch.chdir(login)  # the local transport's "login directory" is the current one
+    here = local_remote(cli, root)
+    made = root / "walk-b1"
+    assert cli.json("workspace", "init", f"{here}:walk-b1")["path"] == str(made)
+    assert (made / ".httk-workflow" / "format.json").is_file() and not (login / "walk-b1").exists()
+    assert cli.json("workspace", "status", f"{here}:walk-b1")["path"] == str(made)  # registered there by basename
+    nested = cli("workspace", "init", f"{here}:campaign/walk-b2", "--name", "walk-b2").stdout
+    assert nested == f"initialized workspace 'walk-b2' at {root / 'campaign' / 'walk-b2'}\n"
+    # Every later command names the same directory by that path (not below the login directory).
+    assert cli.json("workspace", "status", f"{here}:campaign/walk-b2")["path"] == str(root / "campaign" / "walk-b2")
+    assert cli("job", "list", f"{here}:campaign/walk-b2").stdout == "no jobs\n"
+    # An absolute path is used as given; workspace_root '' keeps the login directory.
+    elsewhere = tmp_path / "elsewhere" / "walk-b3"
+    assert cli.json("workspace", "init", f"{here}:{elsewhere}")["path"] == str(elsewhere)
+    cli("remote", "configure", here, "--set", "workspace_root=")
+    assert cli.json("workspace", "init", f"{here}:walk-b4")["path"] == str(login / "walk-b4")
+    assert not (root / "walk-b4").exists()

@@ -108,7 +108,9 @@ def test_exit_codes_and_errors_come_back_unchanged(cli, here, ws, tmp_path):
     # precheck reports a pending job whose runner file is missing: exit 1 both ways.
     broken = tmp_path / "broken"
     prepare_job_payload(broken, JobSpec(name="demo", workflow="demo", runner_path="absent.py"))
-    cli("job", "submit", str(ws), str(broken), "--placement", "q")
+    (broken / "absent.py").write_text("print('hello')\n")  # submission refuses a payload lacking it: remove it after
+    broken_key = cli("job", "submit", str(ws), str(broken), "--placement", "q").stdout.strip()
+    (ws / "q" / broken_key / "absent.py").unlink()
     same(cli, ws, "precheck", str(ws), code=1)
 
 
@@ -142,7 +144,7 @@ def test_job_submit_refuses_a_payload_that_is_not_here(cli, here, ws, tmp_path):
     before = sorted(p.relative_to(ws) for p in ws.rglob("*"))
     result = cli("job", "submit", f"here:{ws}", str(tmp_path / "absent"), "--placement", "p", code=2)
     assert result.stderr == (f"error: {tmp_path / 'absent'}: not a payload directory (holding job.json) on this "
-                             "machine; name the local payload to send to here\n")
+                             "machine; name a local one to send to here\n")
     assert sorted(p.relative_to(ws) for p in ws.rglob("*")) == before
 
 
@@ -161,6 +163,63 @@ def test_job_new_stages_the_local_input_file(cli, here, ws, tmp_path, monkeypatc
     assert report["staged"] and uploads_left(ws) == []
     refused = cli("job", "new", f"here:{ws}", "--workflow", "vasp-relax", "--input", "structure=NOPE", code=2)
     assert refused.stderr.startswith("error: ") and "NOPE" in refused.stderr
+
+
+def test_job_new_records_the_local_input_file_not_its_upload(cli, here, ws, tmp_path, monkeypatch):
+    """The upload directory is gone after the command: the job's declaration names the file that was sent."""
+    (tmp_path / "POSCAR").write_text(SI_POSCAR)
+    monkeypatch.chdir(tmp_path)
+    sent = json.loads(cli("job", "new", "here:runs", "--workflow", "vasp-relax", "--input", "structure=POSCAR",
+                          "--json").stdout)
+    local = json.loads(cli("job", "new", "runs", "--workflow", "vasp-relax", "--input", "structure=POSCAR",
+                           "--json").stdout)
+    assert sent["staged"] == local["staged"] == {"POSCAR": str(tmp_path / "POSCAR")}
+    for report in (sent, local):
+        declared = json.loads((Path(report["payload"]) / "job.json").read_text())["declarations"]["workflow"]
+        assert declared["inputs"]["structure"]["from"] == str(tmp_path / "POSCAR")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "POSCAR").write_text(SI_POSCAR)
+    absolute = json.loads(cli("job", "new", "here:runs", "--workflow", "vasp-relax", "--input",
+                              f"structure={elsewhere / 'POSCAR'}", "--json").stdout)
+    assert absolute["staged"] == {"POSCAR": str(elsewhere / "POSCAR")} and uploads_left(ws) == []
+
+
+def test_a_refusal_about_an_uploaded_payload_names_the_local_file(cli, here, ws, tmp_path, monkeypatch):
+    payload = write_payload(tmp_path / "pay-typo")
+    document = json.loads((payload / "job.json").read_text())
+    (payload / "job.json").write_text(json.dumps({**document, "data": {"mdoe": "none"}}))
+    before = sorted(p.relative_to(ws) for p in ws.rglob("*"))
+    refused = same(cli, ws, "job", "submit", str(ws), str(payload), "--placement", "p", code=2)
+    assert refused.stderr.startswith(f"error: {payload}/job.json @ $.data.mdoe: unknown member"), refused.stderr
+    monkeypatch.chdir(tmp_path)  # a relative spelling keeps its name there, and is named so
+    relative = cli("job", "submit", "here:runs", "pay-typo", "--placement", "p", code=2)
+    assert relative.stderr.startswith(f"error: {payload}/job.json @ $.data.mdoe"), relative.stderr
+    assert sorted(p.relative_to(ws) for p in ws.rglob("*")) == before
+
+
+def test_runner_publish_sends_a_file_or_a_directory_there(cli, here, ws, tmp_path, monkeypatch):
+    runner = tmp_path / "relax.py"
+    runner.write_text("print('relax')\n")
+    tree = tmp_path / "relax-runner"
+    (tree / "lib").mkdir(parents=True)
+    (tree / "run.sh").write_text("#!/bin/sh\n")
+    (tree / "lib" / "x.txt").write_text("x\n")
+    other = tmp_path / "other"
+    cli("workspace", "init", str(other))
+    monkeypatch.chdir(tmp_path)
+    for path, name in ((runner, "relax.py"), (tree, "relax-runner")):
+        sent = json.loads(cli("runner", "publish", path.name, "--workspace", "here:runs", "--json").stdout)
+        local = json.loads(cli("runner", "publish", str(path), "--workspace", str(other), "--json").stdout)
+        assert sent == local and sent["path"] == name  # the same reference: the same bytes under the same name
+    assert uploads_left(ws) == []
+    # A published name with other bytes is refused there as here, naming the fix.
+    runner.write_text("print('changed')\n")
+    refused = cli("runner", "publish", "relax.py", "--workspace", "here:runs", code=2)
+    assert "--replace" in refused.stderr and refused.stderr.count("\n") == 1
+    missing = cli("runner", "publish", "nope.py", "--workspace", "here:runs", code=2)
+    assert missing.stderr == ("error: nope.py: not a file or directory on this machine; name a local one to send "
+                              "to here\n")
 
 
 def test_a_forwarded_commands_fix_hints_name_the_remote(cli, here, ws, tmp_path, monkeypatch):
@@ -340,3 +399,26 @@ def test_ssh_config_supplies_port_user_and_known_hosts(cli, tmp_path, monkeypatc
     cli("remote", "configure", "alias", "--set", "host=alias", "--set", "connect_timeout=2")
     refused = cli("job", "list", "alias:runs", code=2)
     assert refused.stderr.startswith("error: remote alias: ssh someone@alias:1: cannot connect to port 1 ")
+
+
+def test_a_missing_workspace_runners_hint_is_a_command_that_works_from_here(cli, here, ws, tmp_path):
+    """The fix names the local file (not its upload there) and the workspace as REMOTE:PATH, which sends it."""
+    import hashlib
+    import shlex
+
+    payload = tmp_path / "pay-ws"
+    runner = "from httk.workflow import Runner\n"
+    sha256 = hashlib.sha256(runner.encode()).hexdigest()
+    prepare_job_payload(payload, JobSpec(name="w", workflow="w", runner_path="relax.py", runner_source="workspace",
+                                         runner_sha256=sha256))
+    (payload / "relax.py").write_text(runner)
+    before = sorted(p.relative_to(ws) for p in ws.rglob("*"))
+    refused = cli("job", "submit", f"here:{ws}", str(payload), "--placement", "p", code=2)
+    hint = (f"publish it with 'httk workflow runner publish {payload / 'relax.py'} --workspace here:{ws} "
+            "--name relax.py', or submit with --allow-missing-runner")
+    assert hint in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+    assert sorted(p.relative_to(ws) for p in ws.rglob("*")) == before
+    command = shlex.split(hint.split("'")[1])
+    assert command[:3] == ["httk", "workflow", "runner"]
+    cli(*command[2:])  # pasted here, it publishes there
+    cli("job", "submit", f"here:{ws}", str(payload), "--placement", "p")

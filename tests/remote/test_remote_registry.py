@@ -17,6 +17,7 @@ from cli_support import Cli
 from httk.workflow.adapters.fs_posix import PosixFilesystem
 from httk.workflow.adapters.plugins import EntryPointCatalog
 from httk.workflow.operations.remotes import (
+    Remote,
     RemoteError,
     RemoteReference,
     RemoteRegistry,
@@ -51,8 +52,14 @@ def test_templates_are_every_transport_times_every_batch_system(tmp_path):
     assert ssh.specs["host"].required and "port" not in ssh.defaults()
     assert registry.template("local").description.startswith("This machine; a manager runs as a detached")
     for bad in ("pbs", "ssh-", "ssh-nope", "local-local", "-slurm"):
-        with pytest.raises(RemoteError, match=f"no remote template {bad!r}; templates: local, "):
+        with pytest.raises(RemoteError, match=f"no remote template {bad!r}( \\(did you mean '[a-z-]+'\\?\\))?; "
+                                              "templates: local, "):
             registry.template(bad)
+    # A typo names the template it is one of.
+    with pytest.raises(RemoteError, match=r"^no remote template 'ssh-slrum' \(did you mean 'ssh-slurm'\?\); "):
+        registry.template("ssh-slrum")
+    with pytest.raises(RemoteError, match=r"^no remote template 'pbs'; "):  # too far from any: no guess
+        registry.template("pbs")
 
 
 def test_one_generic_adapter_program_serves_every_template(tmp_path):
@@ -117,7 +124,8 @@ def test_add_configure_show_list_remove(cli, tmp_path):
 @pytest.mark.parametrize(
     ("assignment", "message"),
     [
-        ("hots=x", "template ssh-slurm has no setting 'hots'; it knows check_connectivity"),
+        ("hots=x", "template ssh-slurm has no setting 'hots' (did you mean 'host'?); it knows check_connectivity"),
+        ("zzz=x", "template ssh-slurm has no setting 'zzz'; it knows check_connectivity"),
         ("port=abc", "setting port: 'abc' is not an integer"),
         ("port=70000", "setting port: 70000 is above the maximum 65535"),
         ("check_connectivity=maybe", "setting check_connectivity: 'maybe' is not a boolean"),
@@ -420,3 +428,19 @@ def test_a_remote_whose_batch_system_was_uninstalled_says_so(cli, tmp_path):
     line = cli.refused("remote", "show", "kappa")
     assert line.startswith("error: remote kappa: no remote template 'ssh-lsf'; templates: local, ")
     assert line.endswith("reinstall the batch system or transport it names, or 'httk workflow remote remove kappa'")
+
+
+@pytest.mark.parametrize(("root", "path", "expected"), [
+    ("/scratch/rar", "walk-b1", "/scratch/rar/walk-b1"),
+    ("/scratch/rar/", "a/walk-b1", "/scratch/rar/a/walk-b1"),
+    ("~/runs", "walk-b1", "~/runs/walk-b1"),  # the remote's httk expands ~ there, as 'remote check' does
+    ("/scratch/rar", "/elsewhere/walk-b1", "/elsewhere/walk-b1"),
+    ("/scratch/rar", "~/walk-b1", "~/walk-b1"),
+    ("", "walk-b1", "walk-b1"),  # '' = the login directory
+    ("/scratch/rar", "", ""),  # the remote's default workspace
+])
+def test_workspace_init_puts_a_relative_path_below_workspace_root(tmp_path, root, path, expected):
+    remote = Remote("k", registry_at(tmp_path).template("ssh-slurm"), {"workspace_root": root})
+    assert remote.workspace_path(path, creating=True) == expected
+    # Elsewhere a bare name is the remote registry's (init registered it); a path is where init put it.
+    assert remote.workspace_path(path) == (path if "/" not in path else expected)

@@ -120,3 +120,20 @@ def test_remote_check_over_ssh(cli, infra_httk):
     cli("remote", "configure", "kappa", "--set", "port=1")
     unreachable = cli("remote", "check", "kappa", code=1)
     assert "FAILED   connect         ssh httktest@127.0.0.1:1: cannot connect" in unreachable.stdout
+
+
+def test_init_over_ssh_puts_a_relative_path_below_workspace_root(cli, infra_httk):
+    infra = infra_httk
+    configure_kappa(cli, infra)  # workspace_root = CI_WORK_ROOT
+    name = f"walk-{uuid.uuid4().hex[:12]}"
+    home = ssh_transport(infra)
+    try:
+        made = cli.json("workspace", "init", f"kappa:{name}")
+        assert made["path"] == f"{infra['CI_WORK_ROOT']}/{name}"
+        on_disk = home.run(["sh", "-c", 'test -f "$1/.httk-workflow/format.json" && echo root; '
+                                        'test -e "$HOME/$2" && echo login', "sh", made["path"], name])
+        assert on_disk.stdout == "root\n"
+    finally:
+        home.run([infra["CI_HTTK_COMMAND"], "workflow", "workspace", "forget", name])
+        home.run(["rm", "-rf", "--", f"{infra['CI_WORK_ROOT']}/{name}"])
+        home.close()

@@ -373,7 +373,10 @@ def test_a_missing_runner_fails_runner_unavailable(harness) -> None:
     ref = harness.publish(RUNNER)
     missing = harness.submit(ref)  # submission refuses a missing runner: remove it after
     shutil.rmtree(harness.root / ".httk-workflow" / "runners" / "objects" / ref["sha256"])
-    payload_runner = harness.submit({"source": "payload", "path": "bin/run.py", "sha256": None})
+    # Submission refuses a payload lacking its runner too: submit it with one, then remove the copy's.
+    payload_runner = harness.submit({"source": "payload", "path": "bin/run.py", "sha256": None},
+                                    files={"bin/run.py": RUNNER})
+    shutil.rmtree(harness.root / payload_runner.placement / str(payload_runner.key) / "bin")
     installed = harness.submit({"source": "installed", "path": "run.py", "sha256": ref["sha256"]})
     assert harness.run() == 0
     for job in (missing, payload_runner, installed):

@@ -58,3 +58,16 @@ def test_bad_names_are_refused(workspace, tmp_path, name):
 def test_missing_source_is_refused(workspace, tmp_path):
     with pytest.raises(RunnerStoreError, match="not a regular file"):
         workspace.publish_runner(tmp_path / "absent.py", name="absent.py")
+
+
+@pytest.mark.parametrize("path", [".", "./", "/", "./."])
+def test_a_payload_runner_naming_the_payload_itself_is_unavailable_not_a_crash(tmp_path, path):
+    from httk.workflow.protocol import JobSpec
+    from httk.workflow.store.layout import Layout
+    from httk.workflow.store.runners import RunnerUnavailable, resolve_runner
+
+    (tmp_path / "payload").mkdir()
+    spec = JobSpec(name="j", workflow="w", runner_path=path)
+    with pytest.raises(RunnerUnavailable, match="names the payload directory itself; name a file or directory"):
+        resolve_runner(PosixFilesystem(), Layout.at(str(tmp_path)), str(tmp_path / "payload"), spec, (),
+                       uid=os.getuid())

@@ -11,6 +11,7 @@ import click
 from .. import codec
 from ..domain.lifecycle import StateKind
 from ..operations import collect as results
+from ..operations.inspection import placement_note
 from .context import AppContext, pass_app
 from .progress import progress
 from .remote_refs import remote_aware
@@ -44,7 +45,12 @@ def collect(app: AppContext, workspace: str | None, kinds: tuple[str, ...], plac
     handle = app.open_workspace(workspace)
     chosen = [StateKind(kind) for kind in kinds] or None
     stream = (results.collect_raw if raw else results.collect)(handle, kinds=chosen, placement=placement)
+    collected = 0
     with progress("collect", unit="job") as bar:  # stdout is JSON lines already; the line is stderr's
         for item in stream:
             click.echo(codec.dumps(attrs.asdict(item)))
             bar.update()
+            collected += 1
+    note = placement_note(handle, placement) if not collected else None
+    if note:
+        click.echo(f"note: {note}", err=True)

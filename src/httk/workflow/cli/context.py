@@ -21,7 +21,14 @@ import click
 
 from ..bootstrap import Container, default_container, remote_adapters
 from ..operations.remote_reference import split_reference
-from ..store.workspaces import FORWARDED_ENV, WorkspaceError, WorkspaceHandle, WorkspaceService, spelled
+from ..store.workspaces import (
+    FORWARDED_ENV,
+    UPLOADED_ENV,
+    WorkspaceError,
+    WorkspaceHandle,
+    WorkspaceService,
+    spelled,
+)
 from .defaults import default_workspace_path, registry_path, remotes_dir
 
 if TYPE_CHECKING:
@@ -84,8 +91,21 @@ class AppContext:
         """The remote name this command was forwarded here as (its fix hints say ``REMOTE:``), else ``None``."""
         return self.environ.get(FORWARDED_ENV) or None
 
+    def origin(self, path: str) -> str:
+        """How a record names the local file ``path``: in a forwarded command, a file sent with it is named
+        by its path on the machine that sent it (``HTTK_WORKFLOW_UPLOADED``); any other path as it is."""
+        from ..operations.remote_staging import uploaded_origin
+
+        return uploaded_origin(self.environ.get(UPLOADED_ENV, ""), path)
+
     def resolve(self, reference: str | None) -> str:
-        """A workspace argument as an absolute path: a path, a registered name, or the default."""
+        """A workspace argument as an absolute path: a path, a registered name, or the default.
+
+        The name ``default`` is the local default exactly as an omitted argument resolves it
+        (the recorded default, else the per-user default), unless a workspace is registered
+        under that name (:meth:`Registry.entries`): ``transfer default kappa:runs`` takes the
+        job from where ``job new`` without WORKSPACE put it.
+        """
         if reference is None:
             chosen = self.registry.default()
             return self.registry.lookup(chosen) or self.default_workspace() if chosen else self.default_workspace()
@@ -120,9 +140,9 @@ class AppContext:
                 if configured else "")
 
     def open_workspace(self, path: str | None, *, create: bool = False) -> WorkspaceHandle:
-        """Attach a workspace; when omitted, the recorded default or else the per-user default.
+        """Attach a workspace; when omitted (or named ``default``), the recorded default or else the per-user default.
 
-        The per-user default (omitted, or named by its path or name) is created on first use
+        The per-user default (omitted, or named by its path or ``default``) is created on first use
         by a caller that passes ``create``: the commands that write (submit, run, publish, a
         transfer's destination ...) and ``workflow list``/``show``, which create it on purpose
         because the workflow catalog lives in a workspace. Any other caller is refused with

@@ -93,7 +93,8 @@ def submit(
     and the batch is submitted with grouped syncs: a crash leaves each job submitted in
     full or absent, and one bad payload refuses the whole batch. Nothing is written
     when a submission is refused: a placement too long for the filesystem, --move
-    across filesystems, or a pinned workspace runner the store lacks.
+    across filesystems, a pinned workspace runner the store lacks, or a payload runner
+    the payload lacks (or holds as a link, FIFO or device).
 
     \b
     httk workflow job submit WS ./payload --placement project-a/00/17
@@ -176,7 +177,8 @@ def new(
     handle = app.open_workspace(workspace, create=True)
     try:
         created = new_job(
-            handle, catalog(handle), name, assignments, cwd=os.getcwd(), tag=tag, placement=placement
+            handle, catalog(handle), name, assignments, cwd=os.getcwd(), tag=tag, placement=placement,
+            origin=app.origin,
         )
     except WorkflowError as error:
         refuse(str(error))
@@ -226,6 +228,9 @@ def list_jobs(
     """
     handle = app.open_workspace(workspace)
     jobs = inspection.list_jobs(handle, kinds or None, placement)
+    note = inspection.placement_note(handle, placement) if not jobs else None
+    if note:
+        click.echo(f"note: {note}", err=True)
     if as_json:
         emit_json(jobs)
         return

@@ -24,7 +24,7 @@ from ..operations.forwarding import manager_jobs, recorded_managers
 from ..operations.remotes import RemoteError, split_reference
 from .context import AppContext, pass_app
 from .progress import manager_line
-from .remote_refs import remote_aware
+from .remote_refs import remote_aware, rooted
 from .render import EXIT_CODES, EXIT_CODES_RUN, CliError, Group, emit_json, log_level_option, log_levels
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -217,6 +217,7 @@ def manager_status(app: AppContext, workspace: str, job_ids: tuple[str, ...], as
             f"{workspace}: manager status asks a remote's batch system (REMOTE:WORKSPACE); "
             "for the managers of a local workspace see 'httk workflow workspace managers'"
         )
+    reference = rooted(app, reference)
     with app.open_session(reference.remote) as session:
         batch_name = session.batch.name
         wanted = list(job_ids)

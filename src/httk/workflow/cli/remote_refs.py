@@ -68,9 +68,10 @@ class LocalPaths:
     """A parameter whose values name local files, uploaded when the command is forwarded.
 
     ``index`` picks one element of a tuple-valued positional (-1: the last); with a
-    ``separator`` the path follows it (``--input KEY=PATH``). ``kind`` is ``file`` or
-    ``payload`` (a directory holding job.json). A value that is no such local path is
-    passed on unchanged, unless ``required``: then it is refused here.
+    ``separator`` the path follows it (``--input KEY=PATH``). ``kind`` is ``file``,
+    ``payload`` (a directory holding job.json) or ``tree`` (a file or a directory). A value
+    that is no such local path is passed on unchanged, unless ``required``: then it is
+    refused here.
     """
 
     param: str
@@ -123,6 +124,7 @@ def remote_aware(
             reference = split_reference(value)
             if reference is None:
                 return function(app, *args, **kwargs)
+            reference = rooted(app, reference, creating=spec.command_path == ("workspace", "init"))
             if spec.command_path == ("run",):
                 return submit_manager(app, reference)
             return forward(app, reference, spec)
@@ -130,6 +132,13 @@ def remote_aware(
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def rooted(app: AppContext, reference: RemoteReference, *, creating: bool = False) -> RemoteReference:
+    """``reference`` with a relative path there put below its remote's ``workspace_root``
+    (:meth:`~httk.workflow.operations.remotes.Remote.workspace_path`)."""
+    path = app.remotes.get(reference.remote).workspace_path(reference.path, creating=creating)
+    return reference if path == reference.path else attrs.evolve(reference, path=path)
 
 
 def forward(app: AppContext, reference: RemoteReference, spec: Forwarding) -> None:
@@ -189,6 +198,8 @@ def _locate(path: str, kind: str) -> LocalPath | None:
     source = os.path.abspath(os.path.expanduser(path))
     if kind == "payload":
         found = os.path.isdir(source) and os.path.isfile(os.path.join(source, "job.json"))
+    elif kind == "tree":
+        found = os.path.isfile(source) or os.path.isdir(source)
     else:
         found = os.path.isfile(source)
     return LocalPath(source, os.path.realpath(source)) if found else None

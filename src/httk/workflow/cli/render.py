@@ -140,8 +140,14 @@ _NEGATIVE_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 def _usage_fix(error: click.UsageError) -> str:
     """What to do about a usage error of click's, by its kind (the message says what was wrong)."""
-    if isinstance(error, click.NoSuchOption | click.NoSuchCommand) and error.possibilities:
-        return "did you mean " + " or ".join(f"'{name}'" for name in sorted(error.possibilities))
+    possibilities = list(getattr(error, "possibilities", None) or ())
+    if isinstance(error, click.NoSuchCommand) and not possibilities and error.ctx is not None \
+            and isinstance(error.ctx.command, click.Group):
+        import difflib  # only for this refusal
+
+        possibilities = difflib.get_close_matches(error.command_name, error.ctx.command.list_commands(error.ctx))
+    if isinstance(error, click.NoSuchOption | click.NoSuchCommand) and possibilities:
+        return "did you mean " + " or ".join(f"'{name}'" for name in sorted(possibilities)) + "?"
     if isinstance(error, click.NoSuchOption):
         return "check its spelling (a value that starts with '-' goes after '--')"
     if isinstance(error, click.NoSuchCommand):

@@ -35,7 +35,7 @@ from ..operations.report import (
 )
 from .context import AppContext, pass_app
 from .progress import progress
-from .remote_refs import remote_aware
+from .remote_refs import remote_aware, rooted
 from .render import EXIT_CODES, CliError, emit_json, emit_table
 
 if TYPE_CHECKING:
@@ -114,6 +114,8 @@ def report(app: AppContext, workspace: str | None, out_dir: str | None, watch: f
     if reference is not None and out_dir is None:
         raise CliError(f"{workspace}: give --out DIR, the directory on this machine the remote's report is "
                        "published in")
+    if reference is not None:
+        reference = rooted(app, reference)
     target = app.absolute(out_dir) if out_dir else None
     fs = app.container.fs()
     if target is not None:

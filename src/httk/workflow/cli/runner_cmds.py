@@ -13,6 +13,7 @@ import click
 
 from ..store.runners import publish_runner
 from .context import AppContext, pass_app
+from .remote_refs import LocalPaths, remote_aware
 from .render import EXIT_CODES, Group, emit_json
 
 
@@ -32,18 +33,24 @@ def runner() -> None:
     "--workspace",
     "workspace",
     metavar="WORKSPACE",
-    help="The workspace (default: the per-user default workspace).",
+    help="The workspace (default: the project's recorded default, else the per-user default); REMOTE:WS "
+    "sends PATH there and publishes it into that workspace.",
 )
 @click.option("--name", help="The name to store it under (default: the basename of PATH).")
 @click.option("--replace", is_flag=True, help="Replace a stored name whose content differs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reference as JSON only (it is JSON anyway).")
 @pass_app
+@remote_aware(("runner", "publish"), local_paths=[LocalPaths("path", kind="tree", required=True)])
 def publish(app: AppContext, path: str, workspace: str | None, name: str | None, replace: bool, as_json: bool) -> None:
     """Publish a runner file or directory and print the reference to embed in job.json.
 
+    With ``--workspace REMOTE:WS`` the local PATH is sent to the remote and published
+    into its workspace there (the name defaults to PATH's basename, as here).
+
     \b
-    Example:
+    Examples:
       httk workflow runner publish ./relax.py --workspace runs --name relax.py
+      httk workflow runner publish ./relax.py --workspace kappa:runs --name relax.py
     """
     handle = app.open_workspace(workspace, create=True)
     source = app.absolute(path)

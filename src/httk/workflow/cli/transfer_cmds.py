@@ -33,6 +33,7 @@ from ..operations.transfer_import import DestinationSide
 from ..store.transfer_ledger import DESTINATION, ROLES, SOURCE, resume_command
 from .context import AppContext, pass_app
 from .progress import StatusLine
+from .remote_refs import rooted
 from .render import EXIT_REFUSED, emit_json, refuse
 
 #: The test hook's environment variable (documented in docs/workflow_cli.md as a test hook only).
@@ -75,6 +76,7 @@ def _endpoint(app: AppContext, reference: str, sessions: dict[str, RemoteSession
     remote = split_reference(reference)
     if remote is None:
         return _local(app, reference, create_default=destination)
+    remote = rooted(app, remote)
     session = sessions.get(remote.remote)
     if session is None:
         session = sessions[remote.remote] = app.open_session(remote.remote)

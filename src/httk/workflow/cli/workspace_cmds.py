@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ..operations import inspection
-from ..operations.registry import RegistryError
+from ..operations.registry import DEFAULT_NAME, RegistryError
 from ..store.layout import Layout
 from .context import AppContext, pass_app
 from .lazy import LazyGroup
@@ -59,6 +59,8 @@ def workspace() -> None:
 def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: bool) -> None:
     """Create a workspace at PATH, or adopt the existing one there unchanged.
 
+    With REMOTE:PATH, a relative PATH goes below the remote's workspace_root (when set).
+
     \b
     Example:
       httk workflow workspace init ./runs --name runs
@@ -68,6 +70,11 @@ def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: b
     existed = app.container.fs().exists(Layout.at(target).format_file)
     wanted = name or os.path.basename(target)
     registered = app.registry.lookup(wanted)
+    if wanted == DEFAULT_NAME and name is not None and registered != target and not app.registry.registered(wanted):
+        raise RegistryError(
+            f"the name {wanted!r} means the local default workspace (now {registered}); choose another --name "
+            "('httk workflow workspace default NAME' records which workspace it means)"
+        )
     if registered is not None and registered != target and name is not None:
         raise RegistryError(
             f"workspace name {wanted!r} is already registered for {registered}; choose another --name "
@@ -76,7 +83,7 @@ def init(app: AppContext, path: str, name: str | None, durable: bool, as_json: b
     handle = app.workspaces.init(target, name=name, durable=durable)
     if registered is None:
         app.registry.register(wanted, handle.root)
-    elif registered != target:
+    elif registered != target and target != app.default_workspace():  # the per-user default needs no name
         click.echo(f"note: the name {wanted!r} is registered for {registered}; this workspace is reachable "
                    "by its path only (give --name to register it)", err=True)
     report = {
@@ -193,7 +200,10 @@ def list_workspaces(app: AppContext, remote: str | None, as_json: bool) -> None:
         raise RegistryError(f"{remote}: expected a remote followed by a colon, e.g. 'kappa:' "
                             "(see 'httk workflow remote list')")
     entries = app.registry.entries()
-    chosen = app.registry.default() or "default"
+    recorded = app.registry.default()
+    chosen = recorded or DEFAULT_NAME
+    # 'default' not registered by that name is the recorded default's other name (Registry.entries).
+    alias = recorded if recorded and recorded != DEFAULT_NAME and not app.registry.registered(DEFAULT_NAME) else None
     fs = app.container.fs()
     rows = [
         {"name": name, "path": path, "default": name == chosen,
@@ -206,7 +216,8 @@ def list_workspaces(app: AppContext, remote: str | None, as_json: bool) -> None:
     for row in rows:
         mark = "*" if row["default"] else " "
         missing = "" if row["exists"] else "  (not initialized yet)"
-        click.echo(f"{mark} {row['name']:<20} {row['path']}{missing}")
+        same = f"  (the recorded default, {alias})" if alias and row["name"] == DEFAULT_NAME else ""
+        click.echo(f"{mark} {row['name']:<20} {row['path']}{missing}{same}")
 
 
 @workspace.command("default", epilog=EXIT_CODES)
@@ -215,7 +226,9 @@ def list_workspaces(app: AppContext, remote: str | None, as_json: bool) -> None:
 @JSON_OPTION
 @pass_app
 def default(app: AppContext, name: str | None, unset: bool, as_json: bool) -> None:
-    """Show, or record, the workspace used when a command omits WORKSPACE.
+    """Show, or record, the workspace used when a command omits WORKSPACE or names it 'default'.
+
+    NAME 'default' (unless a workspace is registered by that name) is --unset.
 
     \b
     Examples:
@@ -226,12 +239,12 @@ def default(app: AppContext, name: str | None, unset: bool, as_json: bool) -> No
         # Either meaning could be the intended one; neither is guessed (and registry.json is not written).
         refuse(f"workspace default: give NAME ({name}) or --unset, not both; "
                "'--unset' alone goes back to the per-user default")
-    previous = app.registry.default() or "default"
+    previous = app.registry.default() or DEFAULT_NAME
     if unset:
         app.registry.set_default(None)
     elif name is not None:
         app.registry.set_default(name)
-    chosen = app.registry.default() or "default"
+    chosen = app.registry.default() or DEFAULT_NAME
     if as_json:
         emit_json({"default": chosen, "path": app.registry.lookup(chosen), "previous": previous,
                    "changed": chosen != previous})
@@ -279,7 +292,7 @@ def delete(app: AppContext, reference: str, force: bool, as_json: bool) -> None:
         raise RegistryError(f"{handle.root} is served by live manager(s) {', '.join(live)}; stop them first")
     name = app.registry.name_of(handle.root)
     app.container.fs().rmtree(handle.root)
-    if name is not None and name != "default":
+    if name is not None and (name != DEFAULT_NAME or app.registry.registered(name)):
         app.registry.forget(name)
     if as_json:
         emit_json({"deleted": handle.root, "forgot": name})

@@ -9,7 +9,7 @@ Spec: 000 "Run" (pools, long scans), "Scheduling".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 def components(path: str) -> tuple[str, ...]:
@@ -44,3 +44,13 @@ def may_contain_matches(directory: str, prefixes: Sequence[str]) -> bool:
         if parts[:common] == wanted[:common]:
             return True
     return False
+
+
+def nearest_placement(placement: str, placements: Iterable[str]) -> str | None:
+    """The prefix of ``placements`` closest in spelling to ``placement`` (``None``: none is close)."""
+    import difflib  # only when a --placement matched nothing
+
+    prefixes = {"/".join(found.split("/")[:depth]) for found in placements for depth in range(1, found.count("/") + 2)}
+    # 0.7: a typo ('cmap' for 'camp', 'si/relx'), not any placement sharing letters.
+    close = difflib.get_close_matches(placement, sorted(prefixes), n=1, cutoff=0.7)
+    return close[0] if close else None

@@ -17,6 +17,7 @@ Spec: 000 "Running on a remote".
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,7 +34,16 @@ from ..ports import (
     RemoteTransport,
     TransportError,
 )
-from .remote_staging import PREPARE, RESOLVE, Upload, launch_argv, remove_argv, staged_name, upload
+from .remote_staging import (
+    PREPARE,
+    RESOLVE,
+    Upload,
+    launch_argv,
+    remove_argv,
+    staged_name,
+    upload,
+    uploaded_document,
+)
 from .remotes import Remote, RemoteError, RemoteReference
 
 #: Receives a forwarded command's output, chunk by chunk, as it arrives.
@@ -73,8 +83,10 @@ class RemoteSession:
             raise self.no_httk()
         return result
 
-    def stream_httk(self, args: Sequence[str], *, out: Sink, err: Sink, cwd: str = "", timeout: float | None) -> int:
-        """Run ``httk ARGS`` there (in ``cwd``), its output handed to ``out``/``err`` as it comes; its exit status."""
+    def stream_httk(self, args: Sequence[str], *, out: Sink, err: Sink, cwd: str = "", uploaded: str = "",
+                    timeout: float | None) -> int:
+        """Run ``httk ARGS`` there (in ``cwd``, told ``uploaded``: :func:`.remote_staging.uploaded_document`),
+        its output handed to ``out``/``err`` as it comes; its exit status."""
         seen = False
 
         def noting(write: Sink) -> Sink:
@@ -86,7 +98,8 @@ class RemoteSession:
             return hand
 
         code = self.transport.stream(
-            launch_argv(self.httk_command, args, cwd, remote=self.remote.name), out=noting(out), err=noting(err),
+            launch_argv(self.httk_command, args, cwd, remote=self.remote.name, uploaded=uploaded), out=noting(out),
+            err=noting(err),
             timeout=timeout,
         )
         if code == 127 and not seen:
@@ -184,8 +197,11 @@ class LocalPath:
     real: str
 
 
-#: ``locate(path, kind)``: the local ``kind`` (``file``, or ``payload``: a directory holding job.json)
-#: that ``path`` names on this machine, or ``None``.
+#: What each kind of local path is, as a refusal names it.
+_KINDS = {"file": "a file", "payload": "a payload directory (holding job.json)", "tree": "a file or directory"}
+
+#: ``locate(path, kind)``: the local ``kind`` (a key of :data:`_KINDS`) that ``path`` names on this
+#: machine, or ``None``.
 Locate = Callable[[str, str], "LocalPath | None"]
 
 
@@ -208,11 +224,11 @@ def stage(
     found = locate(path, kind)
     if found is None:
         if required:
-            what = "a payload directory (holding job.json)" if kind == "payload" else "a file"
-            raise RemoteError(f"{path}: not {what} on this machine; name the local {kind} to send to {remote}")
+            what = _KINDS.get(kind, "a file")
+            raise RemoteError(f"{path}: not {what} on this machine; name a local one to send to {remote}")
         return text
     destination = staged_name(path, found.absolute, len(uploads))
-    uploads.append(Upload(found.real, destination))
+    uploads.append(Upload(found.real, destination, found.absolute))
     return prefix + destination
 
 
@@ -234,17 +250,54 @@ def run_forwarded(
     reference gave it, or, when there are ``uploads``, its absolute path there, since the
     command then runs in the upload directory and a relative path must not move with it.
     The upload directory is removed afterwards; failing to is a ``warn``, never a mask
-    over the command's own error.
+    over the command's own error. What the command says on stderr names each upload by
+    its local path (:class:`LocalSpelling`), and the command is told those paths too.
     """
     if not uploads:
         return session.stream_httk(command(reference.path), out=out, err=err, timeout=timeout)
     workspace_path, directory = session.prepare_uploads(reference)
+    respelled = LocalSpelling(directory, uploads, err)
     try:
         upload(fs, session.transport, uploads, directory)
         spelled = workspace_path if reference.path and workspace_path else reference.path
-        return session.stream_httk(command(spelled), cwd=directory, out=out, err=err, timeout=timeout)
+        return session.stream_httk(command(spelled), cwd=directory, uploaded=uploaded_document(directory, uploads),
+                                   out=out, err=respelled, timeout=timeout)
     finally:
+        respelled.flush()
         _remove_quietly(session, directory, warn)
+
+
+class LocalSpelling:
+    """A sink that hands on whole lines with each upload's path there replaced by its local path.
+
+    A message about an uploaded payload (``…/httk-upload.X/p/job.json @ $.data: …``) then
+    names the file the user can open and fix. Lines end at ``\n`` or ``\r`` (a progress
+    line), so nothing waits longer than its line; :meth:`flush` hands on the rest.
+    """
+
+    def __init__(self, directory: str, uploads: Sequence[Upload], sink: Sink) -> None:
+        self._sink = sink
+        self._pending = b""
+        pairs = sorted(((f"{directory}/{item.destination}".encode(), item.named.encode()) for item in uploads),
+                       key=lambda pair: len(pair[0]), reverse=True)
+        self._local = dict(pairs)
+        # Longest first, and never inside a longer name: .upload/1/p is not the start of .upload/10/p or p-2.
+        self._pattern = re.compile(b"(" + b"|".join(re.escape(there) for there, _ in pairs) + rb")(?![\w.-])")
+
+    def __call__(self, data: bytes) -> None:
+        data = self._pending + data
+        end = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        self._pending = data[end:]
+        if end:
+            self._sink(self._respell(data[:end]))
+
+    def flush(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, b""
+            self._sink(self._respell(pending))
+
+    def _respell(self, data: bytes) -> bytes:
+        return self._pattern.sub(lambda match: self._local[match.group(1)], data)
 
 
 def _remove_quietly(session: RemoteSession, directory: str, warn: Callable[[str], None]) -> None:

@@ -25,7 +25,7 @@ from ..store.job_ids import submitted_at
 from ..store.journal import FrameDamage
 from ..store.markers import INIT_REF, Marker, newest_per_job, shown
 from ..store.store import UNRESOLVABLE_CHILD, JobDamage, Store, current_kinds
-from ..store.transfer_ledger import resume_command, unfinished_sources
+from ..store.transfer_ledger import departed, resume_command, unfinished_sources
 from ..store.workspaces import WorkspaceHandle
 
 #: A resolution that finds nothing scans once more, because an exhaustive
@@ -108,7 +108,34 @@ def resolve_job(handle: WorkspaceHandle, selector: str) -> Marker:
             f"no job matches selector {wanted!r} in workspace {handle.root}, but a damaged marker name holds it: "
             f"{damaged[0]} (unparseable_name); run 'httk workflow workspace fsck {handle.root}'"
         )
-    raise SelectorError(f"no job matches selector {wanted!r} in workspace {handle.root}")
+    raise SelectorError(f"no job matches selector {wanted!r} in workspace {handle.root}{_gone(handle, wanted)}")
+
+
+def _gone(handle: WorkspaceHandle, wanted: str) -> str:
+    """Where a transfer took the job ``wanted`` names, as a clause for the refusal ('' when none did)."""
+    moved = departed(handle.fs, handle.layout, handle.ports.clock, wanted)
+    if moved is None:
+        return ""
+    where = moved["destination"]
+    if where is None:
+        return f": transfer {moved['transfer_id']} took job {moved['job_key']} away"
+    return (f": transfer {moved['transfer_id']} took job {moved['job_key']} to {where}; see it there with "
+            f"'httk workflow job show {where} {moved['job_key']}', or bring it back with 'httk workflow transfer "
+            f"{where} {handle.reference} --job {moved['job_key']}'")
+
+
+def placement_note(handle: WorkspaceHandle, placement: str | None) -> str | None:
+    """When no job of any kind is at or below ``placement``: one line saying so, with the nearest
+    placement there is (a typo?); ``None`` when one is, or no placement was given. Reads only."""
+    if not placement:
+        return None
+    from ..domain.placement import nearest_placement, placement_matches
+
+    placements = {marker.placement for marker in handle.store.current_markers().values()}
+    if any(placement_matches(found, (placement,)) for found in placements):
+        return None
+    nearest = nearest_placement(placement, placements)
+    return f"no job is at or below placement {placement!r}" + (f" (did you mean {nearest!r}?)" if nearest else "")
 
 
 # -- status and list ---------------------------------------------------------------------------

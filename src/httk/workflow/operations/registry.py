@@ -2,8 +2,11 @@
 
 The registry is the command-line contract (a library caller constructs
 ``Workspace(path)`` directly). It is one small JSON document in the user's data
-directory, rewritten atomically; the per-user default workspace is always
-available under the name ``default``. Spec: 000 "Initialize a workspace".
+directory, rewritten atomically. The name ``default`` is always available: it
+is the local default workspace as an omitted WORKSPACE resolves it (the
+recorded default when one is recorded, else the per-user default), unless a
+workspace is registered under that very name. Spec: 000 "Initialize a
+workspace", "Running on a remote" (``transfer default kappa:runs``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from ..domain.model import ValidationError, check_tag
 from ..ports import Filesystem
 
 REGISTRY_FORMAT = "httk-workflow-registry"
+#: The name that is always available: the local default workspace (see :meth:`Registry.entries`).
+DEFAULT_NAME = "default"
 
 
 class RegistryError(ValueError):
@@ -47,10 +52,22 @@ class Registry:
         self.fs.write_atomic(self.path, codec.encode(document), durable=True)
 
     def entries(self) -> dict[str, str]:
-        """Every registered name with its path; ``default`` is always present."""
-        names = dict(self._read()["workspaces"])
-        names.setdefault("default", self.default_path)
+        """Every registered name with its path; ``default`` is always present.
+
+        Unless a workspace is registered under the name ``default`` itself, that name is
+        the local default workspace: the recorded default's path when one is recorded
+        (and still registered), else the per-user default.
+        """
+        document = self._read()
+        names = dict(document["workspaces"])
+        if DEFAULT_NAME not in names:
+            recorded = document.get("default")
+            names[DEFAULT_NAME] = (names.get(recorded) if recorded else None) or self.default_path
         return dict(sorted(names.items()))
+
+    def registered(self, name: str) -> bool:
+        """Whether ``name`` is in the registry's own map (``default`` only when registered under that name)."""
+        return name in self._read()["workspaces"]
 
     def lookup(self, name: str) -> str | None:
         return self.entries().get(name)
@@ -81,16 +98,21 @@ class Registry:
         return str(path)
 
     def name_of(self, path: str) -> str | None:
-        for name, registered in self.entries().items():
-            if registered == path:
+        """The name registered for ``path``; ``default`` only when no registered name has it."""
+        entries = self.entries()
+        for name, registered in entries.items():
+            if registered == path and (name != DEFAULT_NAME or self.registered(name)):
                 return name
-        return None
+        return DEFAULT_NAME if entries[DEFAULT_NAME] == path else None
 
     def default(self) -> str | None:
         """The recorded default name, if one was set with ``workspace default NAME``."""
         return self._read().get("default")
 
     def set_default(self, name: str | None) -> None:
+        """Record ``name`` as the default; ``default`` (unless registered by that name) means the per-user one."""
+        if name == DEFAULT_NAME and not self.registered(name):
+            name = None
         if name is not None and self.lookup(name) is None:
             raise RegistryError(f"no workspace named {name!r} is registered; see 'httk workflow workspace list'")
         document = self._read()

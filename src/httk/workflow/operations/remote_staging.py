@@ -24,8 +24,9 @@ from collections.abc import Sequence
 
 import attrs
 
+from .. import codec
 from ..ports import Filesystem, RemoteTransport
-from ..store.workspaces import FORWARDED_ENV
+from ..store.workspaces import FORWARDED_ENV, UPLOADED_ENV
 from .remotes import RemoteError
 
 #: ``~/.local/bin`` last on PATH: a pipx-installed httk is found without setting httk_command.
@@ -34,12 +35,14 @@ _PATH = 'PATH="${PATH:+$PATH:}$HOME/.local/bin"; export PATH'
 ADAPTER_PATH = _PATH
 _FOUND = 'found=$(command -v "$1" 2>/dev/null) && [ -x "$found" ] || exit 127'
 
-#: ``sh -c LAUNCH httk-workflow DIR REMOTE COMMAND...``: run COMMAND in DIR ('' = the login directory)
-#: with ``HTTK_WORKFLOW_FORWARDED_AS=REMOTE`` (unless ''): its fix hints then name workspaces ``REMOTE:PATH``.
+#: ``sh -c LAUNCH httk-workflow DIR REMOTE UPLOADED COMMAND...``: run COMMAND in DIR ('' = the login
+#: directory) with ``HTTK_WORKFLOW_FORWARDED_AS=REMOTE`` (unless ''): its fix hints then name workspaces
+#: ``REMOTE:PATH``; and with ``HTTK_WORKFLOW_UPLOADED=UPLOADED`` (unless ''): see :func:`uploaded_document`.
 LAUNCH = f"""{_PATH}
 if [ -n "$1" ]; then cd "$1" || exit 125; fi
 if [ -n "$2" ]; then {FORWARDED_ENV}=$2; export {FORWARDED_ENV}; fi
-shift 2
+if [ -n "$3" ]; then {UPLOADED_ENV}=$3; export {UPLOADED_ENV}; fi
+shift 3
 {_FOUND}
 exec "$@"
 """
@@ -81,17 +84,38 @@ LINK = 'while [ $# -gt 1 ]; do ln -s -- "$1" "$2" || exit 1; shift 2; done'
 _BATCH = 500
 
 
-def launch_argv(httk_command: Sequence[str], args: Sequence[str], cwd: str = "", *, remote: str = "") -> list[str]:
+def launch_argv(
+    httk_command: Sequence[str], args: Sequence[str], cwd: str = "", *, remote: str = "", uploaded: str = ""
+) -> list[str]:
     """The argument vector that runs ``HTTK ARGS`` there through :data:`LAUNCH`, forwarded as ``remote``."""
-    return ["sh", "-c", LAUNCH, "httk-workflow", cwd, remote, *httk_command, *args]
+    return ["sh", "-c", LAUNCH, "httk-workflow", cwd, remote, uploaded, *httk_command, *args]
+
+
+def uploaded_document(remote_dir: str, uploads: Sequence[Upload]) -> str:
+    """``HTTK_WORKFLOW_UPLOADED`` of a command run in ``remote_dir``: where each upload came from.
+
+    A JSON object ``{"directory": REMOTE_DIR, "origins": {DESTINATION: LOCAL PATH}}``: the
+    remote httk names a file it was sent by its local path, in what it records
+    (``job new``'s input ``from``) and in what it says.
+    """
+    return codec.dumps({"directory": remote_dir, "origins": {item.destination: item.named for item in uploads}})
 
 
 @attrs.frozen
 class Upload:
-    """One local file or directory tree, and where it goes below the remote directory (relative)."""
+    """One local file or directory tree, and where it goes below the remote directory (relative).
+
+    ``origin`` is the local path as the user named it, made absolute (``source`` has its
+    links resolved): what the remote's messages and records say instead of the upload.
+    """
 
     source: str
     destination: str
+    origin: str = ""
+
+    @property
+    def named(self) -> str:
+        return self.origin or self.source
 
 
 def staged_name(value: str, source: str, index: int) -> str:
@@ -104,6 +128,30 @@ def staged_name(value: str, source: str, index: int) -> str:
     if not posixpath.isabs(value) and normal not in (".", "..") and not normal.startswith("../"):
         return normal
     return f".upload/{index}/{posixpath.basename(source.rstrip('/')) or 'root'}"
+
+
+def uploaded_origin(document: str, path: str) -> str:
+    """The local path an upload below the directory of ``document`` (:func:`uploaded_document`) came from.
+
+    ``path`` (absolute) is named by that upload's local path, or by the same path below
+    it for a file inside an uploaded tree; any other path, or an unreadable ``document``,
+    is returned as it is: a record then names what it would name without one.
+    """
+    try:
+        found = codec.decode_object(document.encode(), UPLOADED_ENV) if document else {}
+    except codec.DocumentError:
+        return path
+    directory, origins = found.get("directory"), found.get("origins")
+    if not isinstance(directory, str) or not isinstance(origins, dict):
+        return path
+    prefix = directory.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        return path
+    inside = path[len(prefix):]
+    for destination, local in origins.items():
+        if isinstance(local, str) and (inside == destination or inside.startswith(f"{destination}/")):
+            return local + inside[len(destination):]
+    return path
 
 
 def upload(fs: Filesystem, transport: RemoteTransport, uploads: Sequence[Upload], remote_dir: str) -> int:

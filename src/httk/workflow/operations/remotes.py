@@ -21,8 +21,9 @@ Spec: 000 "Running on a remote", "Initialize a workspace".
 from __future__ import annotations
 
 import math
+import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -116,6 +117,15 @@ def template_name(transport: str, batch: str) -> str:
     return transport if transport == batch else f"{transport}-{batch}"
 
 
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'X'?)`` for the one of ``known`` that ``name`` is a typo of, else ''."""
+    import difflib  # only for a refusal
+
+    # 0.75, as for remote names: a typo ('hots', 'ssh-slrum'), not any name sharing letters.
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def common_settings(commands: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The settings of every template, as SettingSpec documents; ``commands`` are the batch system's."""
     return {
@@ -123,8 +133,10 @@ def common_settings(commands: Sequence[str]) -> dict[str, dict[str, Any]]:
             "The httk command on the target, split like a shell would (default: httk on the PATH of a remote "
             "command there, else ~/.local/bin/httk as pipx installs it).")},
         "workspace_root": {"type": "string", "default": "", "description": (
-            "Where workspaces go on the target; 'remote check' tests that it is writable ('' = the login "
-            "directory).")},
+            "The directory on the target below which a relative REMOTE:PATH lies: 'workspace init' puts "
+            "it there, and every command finds a PATH with a / there (a bare name is the remote registry's; "
+            "an absolute or ~ PATH is used as given; '' = the login directory); 'remote check' tests that "
+            "it is writable.")},
         "check_connectivity": {"type": "boolean", "default": True, "description": (
             "Whether 'remote check' reaches the target and runs the adapter there (no: validate the "
             "configuration only).")},
@@ -152,7 +164,8 @@ class Template:
             return self.specs[key]
         except KeyError:
             raise RemoteError(
-                f"template {self.name} has no setting {key!r}; it knows {', '.join(sorted(self.specs))}"
+                f"template {self.name} has no setting {key!r}{_did_you_mean(key, self.specs)}; it knows "
+                f"{', '.join(sorted(self.specs))}"
             ) from None
 
 
@@ -168,6 +181,23 @@ class Remote:
     def settings(self) -> dict[str, Any]:
         """Template defaults overlaid with the chosen settings."""
         return {**self.template.defaults(), **self.chosen}
+
+    def workspace_path(self, path: str, *, creating: bool = False) -> str:
+        """The workspace ``REMOTE:PATH`` names there: a relative path below ``workspace_root`` when that is set.
+
+        A bare name (no ``/``) is the remote registry's to resolve, except where the
+        workspace is being made (``workspace init``, ``creating``), which registers that
+        name for it; an absolute or ``~`` path, or any with ``workspace_root`` '', is
+        as given (the remote's httk reads ``~`` and a relative path against the login
+        directory). So ``workspace init kappa:proj/runs`` and ``run kappa:proj/runs``
+        name one directory.
+        """
+        root = str(self.settings.get("workspace_root") or "")
+        if not root or not path or path.startswith(("/", "~")) or path in (".", ".."):
+            return path
+        if not creating and "/" not in path:
+            return path
+        return posixpath.join(root, path)
 
     def missing(self) -> list[str]:
         """Required settings without a value."""
@@ -209,7 +239,8 @@ class RemoteRegistry:
                 # Only the canonical spelling names a template: 'local-local' is 'local'.
                 if template_name(transport, batch) == name:
                     return self._make(name, transport, batch)
-        raise RemoteError(f"no remote template {name!r}; templates: {', '.join(self.template_names())}")
+        names = self.template_names()
+        raise RemoteError(f"no remote template {name!r}{_did_you_mean(name, names)}; templates: {', '.join(names)}")
 
     def adapter_script(self, template: Template) -> str:
         """The text of the generic adapter program (sent to the target on stdin)."""

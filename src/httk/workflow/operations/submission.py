@@ -10,8 +10,8 @@ as before the submission, never between.
 A refusal writes nothing. Everything that can be known before the first write
 is checked first: the placement, job.json, that every path the job will use
 fits the filesystem's name limits, that ``--move`` stays on one filesystem, that
-no other job holds the job id, and that a workspace runner the job pins is in the
-store. A write that fails anyway
+no other job holds the job id, that a workspace runner the job pins is in the
+store, and that a payload runner is in the payload (it can never appear later). A write that fails anyway
 is undone (staged copy, created placement directories) before the error is
 raised. Spec: 000 "Submit a job", "Share one runner between many jobs".
 """
@@ -212,6 +212,8 @@ def plan_submission(
             shapes.add(shape)
     if move:
         _check_same_filesystem(fs, source, destination, workspace.root)
+    # Per payload, never through ``runner_check``: a batch checks that once per runner reference.
+    check_payload_runner(fs, source, spec)
     if runner_check is None:
         warning = check_runner(workspace, spec, allow_missing=allow_missing_runner, payload=source)
     else:
@@ -233,7 +235,8 @@ def plan_spec(
     """:func:`plan_submission` of the payload ``prepare_job_payload(DIR, spec)`` would make, without the directory.
 
     The job.json bytes are the prepared payload's (:meth:`.JobSpec.to_bytes`, refused as a
-    reader refuses them); the job gets a fresh id. ``label`` names the job in messages.
+    reader refuses them); the job gets a fresh id. ``label`` names the job in messages. That
+    payload is its job.json alone, so a payload runner is refused (:func:`check_spec_runner`).
     Reads only.
     """
     try:
@@ -258,6 +261,7 @@ def plan_spec(
         check_path_lengths(job_paths(workspace, label, placement, key, staging=staging, files=(JOB_FILE,)), placement)
         if shapes is not None:
             shapes.add(shape)
+    check_spec_runner(spec, label)
     if runner_check is None:
         warning = check_runner(workspace, spec, allow_missing=False)
     else:
@@ -410,14 +414,16 @@ def _cross_device(source: str, root: str) -> str:
     )
 
 
-def _publish_command(fs: Filesystem, payload: str | None, spec: JobSpec, root: str, *, replace: bool = False) -> str:
-    """The command that publishes the runner ``spec`` pins: from the payload's file of that digest when there is one.
+def _publish_command(fs: Filesystem, payload: str | None, spec: JobSpec, workspace: str, *,
+                     replace: bool = False) -> str:
+    """The command that publishes the runner ``spec`` pins into ``workspace`` (as a hint names it: ``REMOTE:PATH``
+    in a forwarded command, which sends the file there): from the payload's file of that digest when there is one.
 
     The runner's name in the store says nothing about the file a user has: a job that
     pins ``run.sh`` may have been made from ``trivial.sh``. So the source is a real file
     (found by its digest), or a placeholder said to be the file with that digest.
     """
-    tail = f"--workspace {root} --name {spec.runner_path}{' --replace' if replace else ''}"
+    tail = f"--workspace {workspace} --name {spec.runner_path}{' --replace' if replace else ''}"
     if payload is not None and spec.runner_sha256:
         for relative, entry in walk_tree(fs, payload, keep=lambda path, _entry: path != PRIVATE_DIR):
             if entry.is_file and not entry.is_symlink and relative != JOB_FILE:
@@ -450,7 +456,8 @@ def check_runner(
         found = resolve_runner(fs, workspace.layout, root, spec, (), uid=owner.uid if owner else -1)
     except RunnerUnavailable:
         problem = f"job.json pins workspace runner {name!r} (sha256 {spec.runner_sha256}), which {root} lacks"
-        publish = _publish_command(fs, payload, spec, root)  # only on refusal: it may hash the payload's files
+        # Only on refusal: it may hash the payload's files.
+        publish = _publish_command(fs, payload, spec, workspace.reference)
         if allow_missing:
             return f"{problem}; publish it with {publish} before the job runs, or it fails with runner_unavailable"
         raise SubmissionError(f"{problem}; publish it with {publish}, or submit with --allow-missing-runner") from None
@@ -461,13 +468,82 @@ def check_runner(
     if found == object_path(workspace.layout, spec.runner_sha256 or "", name):
         # Publishing never rewrites an existing object: the damaged one must go first.
         fix = (f"remove {posixpath.dirname(found)}, then publish the runner again with "
-               f"{_publish_command(fs, payload, spec, root)}")
+               f"{_publish_command(fs, payload, spec, workspace.reference)}")
     else:
-        fix = (f"publish the pinned bytes with {_publish_command(fs, payload, spec, root, replace=True)}, "
+        again = _publish_command(fs, payload, spec, workspace.reference, replace=True)
+        fix = (f"publish the pinned bytes with {again}, "
                f"or prepare the payload against sha256 {actual}")
     raise SubmissionError(
         f"job.json pins workspace runner {name!r} at sha256 {spec.runner_sha256}, but {root} resolves it to "
         f"{found} with sha256 {actual} (runner_mismatch at attempt start); {fix}"
+    )
+
+
+#: What a payload runner refusal adds: it can never be fixed once the job is submitted.
+_PAYLOAD_FIX = ("or name a published one with runner source 'workspace' (a submitted payload never changes, "
+                "so --allow-missing-runner cannot accept it: the job would fail with runner_unavailable)")
+#: The names a runner directory starts by, as the manager looks for them at attempt start.
+_ENTRY_POINTS = ("run", "run.py", "run.sh")
+
+
+def check_payload_runner(fs: Filesystem, source: str, spec: JobSpec) -> None:
+    """Refuse a payload runner that the manager would refuse, whatever account runs the job.
+
+    The payload is copied (or moved) into the workspace as it is, links and modes
+    included, and never changes after: a runner missing from ``source`` (or one that is,
+    or is reached through, a symbolic link, a FIFO, socket or device, a tree holding a
+    link, a directory without ``run``, ``run.py`` or ``run.sh``) fails every attempt with
+    ``runner_unavailable`` (:func:`.runners.resolve_runner`, then the entry point the
+    attempt looks for). The owner and the group- or world-writable bits it also checks
+    are not refused here: the owner depends on the manager's account, and a mode is
+    fixed with ``chmod`` after submission. Reads only.
+    """
+    if spec.runner_source != "payload":
+        return
+    path = spec.runner_path
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    job_file = f"{source}/{JOB_FILE}"
+    if not parts:
+        raise SubmissionError(f"{job_file} names payload runner {path!r}, the payload directory itself; name the "
+                              f"runner file or directory inside it, {_PAYLOAD_FIX}")
+    current = source
+    for index, part in enumerate(parts):
+        current = f"{current}/{part}"
+        info = fs.lstat(current)
+        last = index == len(parts) - 1
+        if info is None or not (last or info.is_dir or info.is_symlink):
+            where = "" if info is None else f" ({current} is not a directory)"
+            raise SubmissionError(f"{job_file} names payload runner {path!r}, which {source} lacks{where}; put the "
+                                  f"runner there, {_PAYLOAD_FIX}")
+        if info.is_symlink:
+            what = "is a symbolic link" if last else f"is reached through the symbolic link {current}"
+            raise SubmissionError(f"{job_file} names payload runner {path!r}, which {what}; copy the runner in "
+                                  f"place of the link, {_PAYLOAD_FIX}")
+    if not (info.is_file or info.is_dir):
+        raise SubmissionError(f"{job_file} names payload runner {path!r}, which is not a regular file or directory "
+                              f"({current}); put the runner there, {_PAYLOAD_FIX}")
+    if not info.is_dir:
+        return
+    for _name, entry in walk_tree(fs, current):
+        if entry.is_symlink:
+            raise SubmissionError(f"{job_file} names payload runner {path!r}, whose tree holds the symbolic link "
+                                  f"{entry.path}; copy the file in place of the link, {_PAYLOAD_FIX}")
+    if not any(fs.lstat(f"{current}/{name}") is not None for name in _ENTRY_POINTS):
+        raise SubmissionError(f"{job_file} names payload runner {path!r}, a directory with no "
+                              f"{', '.join(_ENTRY_POINTS[:-1])} or {_ENTRY_POINTS[-1]}; add one, {_PAYLOAD_FIX}")
+
+
+def check_spec_runner(spec: JobSpec, label: str) -> None:
+    """:func:`check_payload_runner` of a job submitted from its definition, whose payload is its job.json alone."""
+    if spec.runner_source != "payload":
+        return
+    parts = [part for part in spec.runner_path.split("/") if part not in ("", ".")]
+    if parts == [JOB_FILE]:
+        return  # a regular file the payload does hold: the manager resolves it
+    raise SubmissionError(
+        f"{label} names payload runner {spec.runner_path!r}, but a job submitted from its definition has a payload "
+        f"of job.json alone; prepare a payload directory holding the runner (prepare_job_payload) and submit it, "
+        f"{_PAYLOAD_FIX}"
     )
 
 

@@ -17,19 +17,20 @@ JSON-able values, because the same calls reach a remote workspace's own httk
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import codec
 from ..domain.lifecycle import OWNED_KINDS, TERMINAL_KINDS, TRANSFERABLE_KINDS, Event, StateKind
 from ..domain.model import ValidationError, check_placement
+from ..domain.placement import nearest_placement
 from ..domain.scheduling import placement_matches
 from ..protocol import PRIVATE_DIR, JobSpec
 from ..store import transfer_bundle as bundles
 from ..store.markers import Marker
 from ..store.runners import object_path
 from ..store.store import JobDamage, LostRace
-from ..store.transfer_ledger import ROLLED_BACK, SOURCE, Ledger, LedgerError, TransferSide, iter_ledgers
+from ..store.transfer_ledger import ROLLED_BACK, SOURCE, Ledger, LedgerError, TransferSide, departed, iter_ledgers
 from .inspection import SelectorError, job_log, resolve_job
 from .workflows import declared_settings
 
@@ -49,17 +50,6 @@ def transfer_note(notes: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def nearest_placement(placement: str, markers: Iterable[Marker]) -> str | None:
-    """The placement prefix of ``markers`` closest in spelling to ``placement`` (``None``: none is close)."""
-    import difflib  # only when a --placement matched nothing
-
-    prefixes = {"/".join(marker.placement.split("/")[:depth]) for marker in markers
-                for depth in range(1, marker.placement.count("/") + 2)}
-    # 0.7: a typo ('cmap' for 'camp', 'si/relx'), not any placement sharing letters.
-    close = difflib.get_close_matches(placement, sorted(prefixes), n=1, cutoff=0.7)
-    return close[0] if close else None
 
 
 class SourceSide(TransferSide):
@@ -97,10 +87,10 @@ class SourceSide(TransferSide):
                     marker = resolve_job(self.handle, selector)
                 except SelectorError as error:
                     # Repeating a command whose transfer finished as it was killed: that transfer moved the job.
-                    moved = self._transferred(selector)
+                    moved = departed(self.fs, self.layout, self.handle.ports.clock, selector)
                     if moved is None:
                         raise TransferError(str(error)) from None
-                    finished.setdefault(moved[0], set()).add(moved[1])
+                    finished.setdefault(moved["transfer_id"], set()).add(moved["job_key"])
                     continue
                 if prefixes and not placement_matches(marker.placement, prefixes):
                     raise TransferError(f"job {marker.key} is at placement {marker.placement}, not below {placement}; "
@@ -140,31 +130,13 @@ class SourceSide(TransferSide):
             "finished_jobs": {transfer_id: sorted(keys) for transfer_id, keys in sorted(finished.items())},
             # A --placement no job is at or below (a typo?): said so, with the nearest placement there is.
             "placement_empty": empty,
-            "nearest_placement": nearest_placement(prefixes[0], current.values()) if empty else None,
+            "nearest_placement": nearest_placement(prefixes[0], (marker.placement for marker in current.values()))
+            if empty else None,
             "skipped": skipped,
             "unselected": dict(sorted(unselected.items())),
             "owned": dict(sorted(owned.items())),
             "runners": [{"name": name, "sha256": sha256} for name, sha256 in sorted(runners)],
         }
-
-    def _transferred(self, selector: str) -> tuple[str, str] | None:
-        """The retired transfer that last took the job ``selector`` names away from here, and its key, if one did.
-
-        A job that went away, came back and went again has several: only the newest says
-        where it is now (the caller checks that it went where the user is sending it).
-        """
-        wanted = selector.strip().lower()
-        found: tuple[float, str, str] | None = None
-        for transfer_id, role in iter_ledgers(self.fs, self.layout):
-            ledger = self.ledger(transfer_id)
-            if role != SOURCE or ledger.state()["step"] != "retired":
-                continue
-            for job in (ledger.read_slot(1) or {}).get("jobs", []):
-                if str(job["job_key"]).startswith(wanted) or str(job["job_id"]).startswith(wanted):
-                    created = float(ledger.header().get("created_at") or 0.0)
-                    if found is None or created > found[0]:
-                        found = (created, transfer_id, str(job["job_key"]))
-        return (found[1], found[2]) if found else None
 
     def _check(
         self, wanted: dict[str, Marker], current: dict[str, Marker], *, strict: bool

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -538,8 +538,13 @@ def new_job(
     cwd: str,
     tag: str | None = None,
     placement: str | None = None,
+    origin: Callable[[str], str] | None = None,
 ) -> NewJob:
     """Create and submit a job of workflow ``name`` with ``assignments`` (``KEY=VALUE`` texts).
+
+    ``origin`` names an input file's path in the job's ``workflow`` declaration (its
+    ``from``) and in the result's ``staged``: a forwarded command names a file it was
+    sent by the sender's path (default: the path itself).
 
     Everything a user can get wrong is checked before the first write: the
     workflow, every input (unknown, repeated, missing required, wrong type, a file
@@ -556,6 +561,7 @@ def new_job(
             check_tag(tag)
     except ValidationError as error:
         raise WorkflowError(str(error)) from None
+    named = {destination: origin(source) for destination, source in staged.items()} if origin else staged
     fs, layout, durable = handle.fs, handle.layout, handle.durable
     key = JobKey(handle.ports.ids.new_id(), tag)
     scratch = f"{layout.tmp}/new-{key.job_id}"
@@ -579,7 +585,7 @@ def new_job(
             runner_sha256=str(reference["sha256"]),
             initial_step=workflow.initial_step,
             inputs=values,
-            declarations={"workflow": _declaration(workflow, staged, digests)},
+            declarations={"workflow": _declaration(workflow, named, digests)},
             tag=tag,
             **workflow.job,
         )
@@ -591,4 +597,4 @@ def new_job(
     finally:
         fs.rmtree(scratch)
     warnings = tuple(missing_settings(handle, workflow))
-    return NewJob(submitted, workflow, reference, values, staged, warnings)
+    return NewJob(submitted, workflow, reference, values, named, warnings)

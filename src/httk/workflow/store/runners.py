@@ -135,7 +135,11 @@ def resolve_runner(
 
 def _payload_runner(fs: Filesystem, payload: str, path: str, uid: int) -> str:
     parts = [part for part in path.split("/") if part not in ("", ".")]
+    if not parts:  # '.' is the payload itself, whose job.json is no runner
+        raise RunnerUnavailable(f"payload runner {path!r} names the payload directory itself; name a file or "
+                                "directory inside the payload", {"runner_path": path})
     current = payload
+    info: FileStat | None = None
     for index, part in enumerate(parts):
         current = f"{current}/{part}"
         info = fs.lstat(current)
@@ -153,6 +157,7 @@ def _payload_runner(fs: Filesystem, payload: str, path: str, uid: int) -> str:
                                     {"runner_path": path})
         if not last:
             _check_owner(info, current, path, uid)
+    assert info is not None  # parts is not empty: the loop looked at least once
     if not (info.is_file or info.is_dir):  # a FIFO, socket or device
         raise RunnerUnavailable(f"payload runner {path!r} at {current} is not a regular file or directory",
                                 {"runner_path": path})

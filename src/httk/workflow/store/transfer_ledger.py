@@ -272,6 +272,37 @@ def unfinished_sources(fs: Filesystem, layout: Layout, clock: Clock) -> list[dic
     return out
 
 
+def departed(fs: Filesystem, layout: Layout, clock: Clock, selector: str) -> dict[str, Any] | None:
+    """The retired transfer that last took the job ``selector`` names away from here, if one did; read only.
+
+    ``{transfer_id, job_key, destination}`` (``destination`` as its command named it, or
+    ``None``); ``selector`` is a job uuid, a ``tag--uuid`` key or a prefix of either. A job
+    that went away, came back and went again has several: the newest says where it is now.
+    An unreadable ledger is passed over: this answers "where did it go", not "is it whole".
+    """
+    wanted = selector.strip().lower()
+    found: tuple[float, dict[str, Any]] | None = None
+    for transfer_id, role in iter_ledgers(fs, layout):
+        if role != SOURCE:
+            continue
+        ledger = Ledger(fs, layout, transfer_id, SOURCE, durable=False, clock=clock)
+        try:
+            if ledger.state()["step"] != "retired":
+                continue
+            header, jobs = ledger.header(), (ledger.read_slot(1) or {}).get("jobs") or []
+        except (LedgerError, OSError, codec.DocumentError):
+            continue
+        for job in jobs if isinstance(jobs, list) else []:
+            key, job_id = str((job or {}).get("job_key", "")), str((job or {}).get("job_id", ""))
+            if wanted and (key.startswith(wanted) or job_id.startswith(wanted)):
+                created = float(header.get("created_at") or 0.0)
+                if found is None or created > found[0]:
+                    destination = (header.get("destination") or {}).get("label")
+                    found = (created, {"transfer_id": transfer_id, "job_key": key,
+                                       "destination": destination if isinstance(destination, str) else None})
+    return found[1] if found else None
+
+
 def planned_keys(step: Mapping[str, Any] | None, path: str) -> list[str]:
     """The job keys a recorded step (at ``path``) names in ``jobs``; none for a missing step or ``jobs``.
 

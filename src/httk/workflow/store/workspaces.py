@@ -28,6 +28,9 @@ REQUEST_DIRS = ("tmp", "ready", "claimed", "applied", "retired", "quarantine")
 #: Set by the forwarding side in a command it runs on a remote: that remote's name, as its user calls
 #: it. Fix hints then name workspaces ``REMOTE:PATH``, so the command they give runs where it must.
 FORWARDED_ENV = "HTTK_WORKFLOW_FORWARDED_AS"
+#: Set with it when the forwarding side sent local files first: where each came from
+#: (:func:`~httk.workflow.operations.remote_staging.uploaded_document`).
+UPLOADED_ENV = "HTTK_WORKFLOW_UPLOADED"
 
 
 def spelled(remote: str | None, path: str) -> str:
