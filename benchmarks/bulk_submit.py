@@ -12,6 +12,11 @@ published to the workspace store.
 
 - **floor**: bare Python, no protocol: ``mkdir`` of a staging directory, one write of
   the job.json bytes, ``rename`` into a placement directory, per job; nothing synced.
+- **protocol floor**: bare Python making exactly the names a no-durable batch job
+  needs (a reservation written beside its name and renamed, a staging directory with
+  its job.json renamed into the placement, an empty marker), with names as long as a
+  workspace's; nothing checked or synced. What a batch could reach with no Python of
+  its own.
 - **prepare_job_payloads**: the payload directories written by the SDK's batch call.
 - **submit_many**: ``Workspace.submit_many`` of those payloads at one placement.
 - **submit_specs**: ``Workspace.submit_specs`` of the same specs (one pass: no payload
@@ -47,12 +52,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from httk.workflow import JobSpec, Workspace, prepare_job_payload, prepare_job_payloads
 
 FLOOR = "floor: mkdir + write + rename per job (no sync)"
+PROTOCOL_FLOOR = "protocol floor: a batch job's creations and renames, bare (no sync)"
 
 
 def specs(count: int, sha256: str) -> list[JobSpec]:
@@ -103,6 +110,39 @@ def floor(root: Path, count: int, data: bytes) -> Sample:
     return rate(count, run)
 
 
+def protocol_floor(root: Path, count: int, data: bytes) -> Sample:
+    """Bare Python making just the names a no-durable batch job needs, nothing synced or checked.
+
+    Per job: an id reservation written to a temp beside it and renamed onto it, a staging
+    directory with its job.json renamed into a placement, an empty marker: what the
+    protocol asks of the kernel, with names as long as the workspace's.
+    """
+    ids, tmp = root / "proto" / "ids", root / "proto" / "tmp"
+    placement, markers = root / "proto" / "bench" / "d", root / "proto" / "state" / "submitted" / "bench" / "d"
+    for directory in (tmp, placement, markers, *(ids / f"{bucket:02x}" for bucket in range(256))):
+        directory.mkdir(parents=True)
+    names = [str(uuid.uuid4()) for _ in range(count)]
+    reservation = b'{"format":"httk-workflow-job-id","format_version":1,"job_id":"' + b"0" * 140 + b'"}\n'
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+    def run() -> None:
+        for name in names:
+            bucket = f"{ids}/{name[:2]}"
+            fd = os.open(f"{bucket}/.{name}.tmp", flags, 0o666)
+            os.write(fd, reservation)
+            os.close(fd)
+            os.rename(f"{bucket}/.{name}.tmp", f"{bucket}/{name}")
+            staging = f"{tmp}/submit-{name}-0123456789ab"
+            os.mkdir(staging)
+            fd = os.open(f"{staging}/job.json", flags, 0o666)
+            os.write(fd, data)
+            os.close(fd)
+            os.rename(staging, f"{placement}/bench--{name}")
+            os.close(os.open(f"{markers}/bench--{name}.p0.g0.init", flags, 0o666))
+
+    return rate(count, run)
+
+
 def cases(root: Path, jobs: int, single: int, *, durable: bool, cli: bool) -> dict[str, Sample]:
     """Every case of one durability in the fresh directory ``root``."""
     label = "durable" if durable else "no-durable"
@@ -130,6 +170,8 @@ def cases(root: Path, jobs: int, single: int, *, durable: bool, cli: bool) -> di
             jobs, lambda: subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env))
     if durable:
         out[FLOOR] = floor(root, jobs, (Path(payloads[0]) / "job.json").read_bytes())
+    else:
+        out[PROTOCOL_FLOOR] = protocol_floor(root, jobs, (Path(payloads[0]) / "job.json").read_bytes())
     return out
 
 

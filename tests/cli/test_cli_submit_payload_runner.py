@@ -36,8 +36,8 @@ def test_a_missing_payload_runner_is_refused_in_one_line_and_nothing_is_written(
         error = cli.refused("job", "submit", workspace, str(payload), "--placement", "hand/x", *extra)
         assert error == (
             f"error: {payload}/job.json names payload runner 'run.py', which {payload} lacks; put the runner "
-            f"there, {FIX} (a submitted payload never changes, so --allow-missing-runner cannot accept it: the job "
-            "would fail with runner_unavailable)"), extra
+            f"there, {FIX} (submission copies the payload as it is, so --allow-missing-runner cannot accept it: "
+            "the job would fail with runner_unavailable)"), extra
         assert disk_snapshot(workspace) == before, extra
         assert disk_snapshot(payload) == payload_before, extra
     assert os.listdir(Path(workspace) / ".httk-workflow" / "tmp") == []

@@ -197,19 +197,41 @@ def test_stderr_names_each_upload_by_its_local_path_whatever_the_chunks():
                Upload("/x/POSCAR", ".upload/1/POSCAR"), Upload("/y/POSCAR", ".upload/10/POSCAR")]
     text = (f"error: {directory}/p/job.json @ $.data: bad\n"
             f"note: {directory}/p-2 and {directory}/.upload/10/POSCAR and {directory}/.upload/1/POSCAR\r"
-            f"{directory}/px is no upload\nlast {directory}/p")
+            f"{directory}/px is no upload, {directory}/p.x neither; {directory}/p.\nlast {directory}/p")
     for size in (1, 3, 7, len(text)):
         seen: list[bytes] = []
         spelling = LocalSpelling(directory, uploads, seen.append)
         data = text.encode()
         for start in range(0, len(data), size):
             spelling(data[start:start + size])
-        assert all(chunk.endswith((b"\n", b"\r")) for chunk in seen)  # only whole lines are handed on
         spelling.flush()
         assert b"".join(seen).decode() == (
             "error: /home/u/p/job.json @ $.data: bad\n"
             "note: /home/u/p-2 and /y/POSCAR and /x/POSCAR\r"
-            f"{directory}/px is no upload\nlast /home/u/p"), size
+            f"{directory}/px is no upload, {directory}/p.x neither; /home/u/p.\nlast /home/u/p"), size
+
+
+def test_what_cannot_become_an_uploads_path_is_handed_on_at_once():
+    """A progress line or a prompt without its newline is not held back; only a possible path is."""
+    from httk.workflow.operations.forwarding import LocalSpelling
+
+    directory = "/there/tmp/httk-upload.1"
+    seen: list[bytes] = []
+    spelling = LocalSpelling(directory, [Upload("/real/p", "p", "/home/u/p")], seen.append)
+    spelling(b"waiting for the job")
+    assert seen == [b"waiting for the job"]
+    spelling(b" ... see /there/tmp/httk")  # may be the start of the directory: held
+    assert seen[1:] == [b" ... see "]
+    spelling(b"-upload.1/p")  # the path, maybe not ended yet: held to the end of its line
+    assert seen[2:] == []
+    spelling(b" is bad")
+    spelling.flush()
+    assert b"".join(seen) == b"waiting for the job ... see /home/u/p is bad"
+    # A name that no UTF-8 can spell is carried as the file system spells it.
+    odd = LocalSpelling(directory, [Upload("/real/p", "p", "/home/u/caf\udce9")], seen.append)
+    seen.clear()
+    odd(f"{directory}/p\n".encode())
+    assert seen == [b"/home/u/caf\xe9\n"]
 
 
 def test_an_upload_is_named_by_its_origin_inside_the_directory_only():

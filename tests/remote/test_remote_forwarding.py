@@ -422,3 +422,21 @@ def test_a_missing_workspace_runners_hint_is_a_command_that_works_from_here(cli,
     assert command[:3] == ["httk", "workflow", "runner"]
     cli(*command[2:])  # pasted here, it publishes there
     cli("job", "submit", f"here:{ws}", str(payload), "--placement", "p")
+
+
+def test_uploads_are_named_locally_whatever_the_workspace_spelling_there(cli, here, ws, tmp_path, monkeypatch):
+    """A trailing slash or a path through a symbolic link (a cluster's scratch often is one) changes nothing."""
+    (tmp_path / "POSCAR").write_text(SI_POSCAR)
+    link = tmp_path / "link"
+    link.symlink_to(ws)
+    payload = write_payload(tmp_path / "pay-typo")
+    document = json.loads((payload / "job.json").read_text())
+    (payload / "job.json").write_text(json.dumps({**document, "data": {"mdoe": "none"}}))
+    monkeypatch.chdir(tmp_path)
+    for spelled in (f"{ws}/", str(link), f"{link}/"):
+        report = json.loads(cli("job", "new", f"here:{spelled}", "--workflow", "vasp-relax", "--input",
+                                "structure=POSCAR", "--json").stdout)
+        assert report["staged"] == {"POSCAR": str(tmp_path / "POSCAR")}, spelled
+        refused = cli("job", "submit", f"here:{spelled}", "pay-typo", "--placement", "p", code=2)
+        assert refused.stderr.startswith(f"error: {payload}/job.json @ $.data.mdoe"), (spelled, refused.stderr)
+    assert uploads_left(ws) == []

@@ -444,3 +444,10 @@ def test_workspace_init_puts_a_relative_path_below_workspace_root(tmp_path, root
     assert remote.workspace_path(path, creating=True) == expected
     # Elsewhere a bare name is the remote registry's (init registered it); a path is where init put it.
     assert remote.workspace_path(path) == (path if "/" not in path else expected)
+
+
+def test_a_workspace_root_of_another_users_home_is_refused_with_the_fix(tmp_path):
+    remote = Remote("k", registry_at(tmp_path).template("ssh-slurm"), {"workspace_root": "~alice/scratch"})
+    with pytest.raises(RemoteError, match=r"^remote k: workspace_root '~alice/scratch': only ~ and ~/ are expanded "
+                                          r"there; give the absolute path \('httk workflow remote configure k "):
+        remote.workspace_path("a/b")

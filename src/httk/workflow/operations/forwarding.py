@@ -17,6 +17,7 @@ Spec: 000 "Running on a remote".
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -271,25 +272,34 @@ class LocalSpelling:
     """A sink that hands on whole lines with each upload's path there replaced by its local path.
 
     A message about an uploaded payload (``…/httk-upload.X/p/job.json @ $.data: …``) then
-    names the file the user can open and fix. Lines end at ``\n`` or ``\r`` (a progress
-    line), so nothing waits longer than its line; :meth:`flush` hands on the rest.
+    names the file the user can open and fix. Only what may still become such a path
+    waits (at most to the end of its line: ``\n`` or ``\r``); :meth:`flush` hands on the rest.
     """
 
     def __init__(self, directory: str, uploads: Sequence[Upload], sink: Sink) -> None:
         self._sink = sink
         self._pending = b""
-        pairs = sorted(((f"{directory}/{item.destination}".encode(), item.named.encode()) for item in uploads),
-                       key=lambda pair: len(pair[0]), reverse=True)
+        self._directory = os.fsencode(directory)
+        pairs = sorted(((os.fsencode(f"{directory}/{item.destination}"), os.fsencode(item.named))
+                        for item in uploads), key=lambda pair: len(pair[0]), reverse=True)
         self._local = dict(pairs)
         # Longest first, and never inside a longer name: .upload/1/p is not the start of .upload/10/p or p-2.
-        self._pattern = re.compile(b"(" + b"|".join(re.escape(there) for there, _ in pairs) + rb")(?![\w.-])")
+        self._pattern = re.compile(b"(" + b"|".join(re.escape(there) for there, _ in pairs) + rb")(?![\w-]|\.\w)")
 
     def __call__(self, data: bytes) -> None:
         data = self._pending + data
+        # Everything is handed on at once but what may still become an upload's path: from the
+        # directory's last mention in the unfinished line, or a start of its name at the very end.
         end = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-        self._pending = data[end:]
-        if end:
-            self._sink(self._respell(data[:end]))
+        rest = data[end:]
+        held = rest.rfind(self._directory)
+        if held < 0:
+            held = next((len(rest) - size for size in range(min(len(rest), len(self._directory)), 0, -1)
+                         if rest.endswith(self._directory[:size])), len(rest))
+        cut = end + held
+        self._pending = data[cut:]
+        if cut:
+            self._sink(self._respell(data[:cut]))
 
     def flush(self) -> None:
         if self._pending:

@@ -118,7 +118,8 @@ def _gone(handle: WorkspaceHandle, wanted: str) -> str:
         return ""
     where = moved["destination"]
     if where is None:
-        return f": transfer {moved['transfer_id']} took job {moved['job_key']} away"
+        return (f": transfer {moved['transfer_id']} took job {moved['job_key']} away (its ledger names no "
+                f"destination); see 'httk workflow workspace fsck {handle.reference}'")
     return (f": transfer {moved['transfer_id']} took job {moved['job_key']} to {where}; see it there with "
             f"'httk workflow job show {where} {moved['job_key']}', or bring it back with 'httk workflow transfer "
             f"{where} {handle.reference} --job {moved['job_key']}'")

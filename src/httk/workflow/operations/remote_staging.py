@@ -19,6 +19,7 @@ arrives as ``.upload/N/BASENAME``. Spec: 000 "Running on a remote".
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Sequence
 
@@ -56,7 +57,9 @@ printf '%s\\n' "$found"
 #: ``sh -c PREPARE httk-workflow HTTK REFERENCE REGISTERED``: print the workspace's absolute
 #: path ('' = unknown there) and a new private directory below its .httk-workflow/tmp (else
 #: $TMPDIR). REFERENCE is the workspace argument as given ('' = the default); REGISTERED is the
-#: path the remote registry holds for it. A name that exists as a path wins, as in 'resolve'.
+#: path the remote registry holds for it. A name that exists as a path wins, as in 'resolve'. The
+#: directory is printed as its real path (no link, no '//'): the one the command there sees as its
+#: working directory, so the paths it names below it are spelled as the client looks for them.
 PREPARE = f"""{_PATH}
 {_FOUND}
 ref=$2 ws=
@@ -67,7 +70,8 @@ case $ref in
 esac
 case $ws in '~') ws=$HOME ;; '~/'*) ws=$HOME/${{ws#'~/'}} ;; esac
 case $ws in ''|/*) ;; *) ws=$PWD/$ws ;; esac
-make_in() {{ [ -d "$1" ] && [ -w "$1" ] && dir=$(mktemp -d "$1/httk-upload.XXXXXXXX" 2>/dev/null); }}
+make_in() {{ [ -d "$1" ] && [ -w "$1" ] && dir=$(mktemp -d "$1/httk-upload.XXXXXXXX" 2>/dev/null) &&
+  dir=$(cd "$dir" && pwd -P); }}
 dir=
 if {{ [ -n "$ws" ] && make_in "$ws/.httk-workflow/tmp"; }} || make_in "${{TMPDIR:-/tmp}}"; then
   printf '%s\\n%s\\n' "$ws" "$dir"
@@ -144,10 +148,13 @@ def uploaded_origin(document: str, path: str) -> str:
     directory, origins = found.get("directory"), found.get("origins")
     if not isinstance(directory, str) or not isinstance(origins, dict):
         return path
-    prefix = directory.rstrip("/") + "/"
-    if not path.startswith(prefix):
+    inside = None
+    for spelling in {directory, os.path.realpath(directory)}:  # as the client was told it, and as the cwd is
+        prefix = spelling.rstrip("/") + "/"
+        if path.startswith(prefix):
+            inside = path[len(prefix):]
+    if inside is None:
         return path
-    inside = path[len(prefix):]
     for destination, local in origins.items():
         if isinstance(local, str) and (inside == destination or inside.startswith(f"{destination}/")):
             return local + inside[len(destination):]

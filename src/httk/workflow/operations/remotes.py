@@ -193,6 +193,11 @@ class Remote:
         name one directory.
         """
         root = str(self.settings.get("workspace_root") or "")
+        if root.startswith("~") and root != "~" and not root.startswith("~/"):
+            # Only the remote's own home is expanded there (by its httk and the upload script alike).
+            raise RemoteError(f"remote {self.name}: workspace_root {root!r}: only ~ and ~/ are expanded there; "
+                              f"give the absolute path ('httk workflow remote configure {self.name} --set "
+                              "workspace_root=/path/on/the/remote')")
         if not root or not path or path.startswith(("/", "~")) or path in (".", ".."):
             return path
         if not creating and "/" not in path:

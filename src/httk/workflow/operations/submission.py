@@ -480,7 +480,7 @@ def check_runner(
 
 
 #: What a payload runner refusal adds: it can never be fixed once the job is submitted.
-_PAYLOAD_FIX = ("or name a published one with runner source 'workspace' (a submitted payload never changes, "
+_PAYLOAD_FIX = ("or name a published one with runner source 'workspace' (submission copies the payload as it is, "
                 "so --allow-missing-runner cannot accept it: the job would fail with runner_unavailable)")
 #: The names a runner directory starts by, as the manager looks for them at attempt start.
 _ENTRY_POINTS = ("run", "run.py", "run.sh")
@@ -490,7 +490,7 @@ def check_payload_runner(fs: Filesystem, source: str, spec: JobSpec) -> None:
     """Refuse a payload runner that the manager would refuse, whatever account runs the job.
 
     The payload is copied (or moved) into the workspace as it is, links and modes
-    included, and never changes after: a runner missing from ``source`` (or one that is,
+    included, and nothing adds a runner to it later: a runner missing from ``source`` (or one that is,
     or is reached through, a symbolic link, a FIFO, socket or device, a tree holding a
     link, a directory without ``run``, ``run.py`` or ``run.sh``) fails every attempt with
     ``runner_unavailable`` (:func:`.runners.resolve_runner`, then the entry point the

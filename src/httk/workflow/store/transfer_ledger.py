@@ -293,7 +293,9 @@ def departed(fs: Filesystem, layout: Layout, clock: Clock, selector: str) -> dic
         except (LedgerError, OSError, codec.DocumentError):
             continue
         for job in jobs if isinstance(jobs, list) else []:
-            key, job_id = str((job or {}).get("job_key", "")), str((job or {}).get("job_id", ""))
+            if not isinstance(job, dict):
+                continue
+            key, job_id = str(job.get("job_key", "")), str(job.get("job_id", ""))
             if wanted and (key.startswith(wanted) or job_id.startswith(wanted)):
                 created = float(header.get("created_at") or 0.0)
                 if found is None or created > found[0]:
