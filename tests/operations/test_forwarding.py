@@ -244,6 +244,8 @@ def test_an_upload_is_named_by_its_origin_inside_the_directory_only():
     assert uploaded_origin(document, "/there/tmp/up.1/.upload/1/POSCAR") == "/x/POSCAR"
     for other in ("/there/tmp/up.1/px", "/there/tmp/up.10/p", "/elsewhere/p"):
         assert uploaded_origin(document, other) == other
+    # The command there sees its working directory with links resolved: that spelling is the directory too.
+    assert uploaded_origin(document, "/data/up.1/p/x", realpath=lambda path: "/data/up.1") == "/home/u/p/x"
     for broken in ("", "not json", "[1]", '{"directory": 1, "origins": {}}'):
         assert uploaded_origin(broken, "/there/tmp/up.1/p") == "/there/tmp/up.1/p"
 

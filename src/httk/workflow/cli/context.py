@@ -96,7 +96,7 @@ class AppContext:
         by its path on the machine that sent it (``HTTK_WORKFLOW_UPLOADED``); any other path as it is."""
         from ..operations.remote_staging import uploaded_origin
 
-        return uploaded_origin(self.environ.get(UPLOADED_ENV, ""), path)
+        return uploaded_origin(self.environ.get(UPLOADED_ENV, ""), path, os.path.realpath)
 
     def resolve(self, reference: str | None) -> str:
         """A workspace argument as an absolute path: a path, a registered name, or the default.

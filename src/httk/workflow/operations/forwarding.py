@@ -17,7 +17,6 @@ Spec: 000 "Running on a remote".
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -268,6 +267,11 @@ def run_forwarded(
         _remove_quietly(session, directory, warn)
 
 
+def _bytes(path: str) -> bytes:
+    """``path`` as the file system spells it (``os.fsencode`` on POSIX: a name that is no UTF-8 kept as is)."""
+    return path.encode("utf-8", "surrogateescape")
+
+
 class LocalSpelling:
     """A sink that hands on whole lines with each upload's path there replaced by its local path.
 
@@ -279,9 +283,9 @@ class LocalSpelling:
     def __init__(self, directory: str, uploads: Sequence[Upload], sink: Sink) -> None:
         self._sink = sink
         self._pending = b""
-        self._directory = os.fsencode(directory)
-        pairs = sorted(((os.fsencode(f"{directory}/{item.destination}"), os.fsencode(item.named))
-                        for item in uploads), key=lambda pair: len(pair[0]), reverse=True)
+        self._directory = _bytes(directory)
+        pairs = sorted(((_bytes(f"{directory}/{item.destination}"), _bytes(item.named)) for item in uploads),
+                       key=lambda pair: len(pair[0]), reverse=True)
         self._local = dict(pairs)
         # Longest first, and never inside a longer name: .upload/1/p is not the start of .upload/10/p or p-2.
         self._pattern = re.compile(b"(" + b"|".join(re.escape(there) for there, _ in pairs) + rb")(?![\w-]|\.\w)")

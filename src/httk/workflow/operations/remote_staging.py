@@ -19,9 +19,8 @@ arrives as ``.upload/N/BASENAME``. Spec: 000 "Running on a remote".
 
 from __future__ import annotations
 
-import os
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -134,12 +133,13 @@ def staged_name(value: str, source: str, index: int) -> str:
     return f".upload/{index}/{posixpath.basename(source.rstrip('/')) or 'root'}"
 
 
-def uploaded_origin(document: str, path: str) -> str:
+def uploaded_origin(document: str, path: str, realpath: Callable[[str], str] = lambda path: path) -> str:
     """The local path an upload below the directory of ``document`` (:func:`uploaded_document`) came from.
 
     ``path`` (absolute) is named by that upload's local path, or by the same path below
     it for a file inside an uploaded tree; any other path, or an unreadable ``document``,
-    is returned as it is: a record then names what it would name without one.
+    is returned as it is: a record then names what it would name without one. ``realpath``
+    gives the directory as the command's working directory spells it (links resolved).
     """
     try:
         found = codec.decode_object(document.encode(), UPLOADED_ENV) if document else {}
@@ -149,7 +149,7 @@ def uploaded_origin(document: str, path: str) -> str:
     if not isinstance(directory, str) or not isinstance(origins, dict):
         return path
     inside = None
-    for spelling in {directory, os.path.realpath(directory)}:  # as the client was told it, and as the cwd is
+    for spelling in {directory, realpath(directory)}:  # as the client was told it, and as the cwd is
         prefix = spelling.rstrip("/") + "/"
         if path.startswith(prefix):
             inside = path[len(prefix):]
